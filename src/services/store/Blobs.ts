@@ -1,0 +1,337 @@
+/**
+ * Content-addressed blobs under `<root>/blobs/sha256/<2 hex>/<64 hex>`, read-only once
+ * published. Staging copies into `<root>/staging/<owner>.<random>.partial` (O_EXCL), enforcing
+ * the declared size while copying and hashing as it goes; then it checks size and digest, makes
+ * the file read-only, fsyncs it, hard-links it into place (so of two concurrent stagers exactly
+ * one publishes), removes the staging name and fsyncs the shard directory. Verification re-hashes
+ * and moves a corrupt blob to `<root>/quarantine/`.
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import * as Crypto from "node:crypto"
+import type { BigIntStats } from "node:fs"
+import * as Path from "node:path"
+import * as Digest from "../../domain/Digest.js"
+import {
+  ArtifactCorrupt,
+  ArtifactMissing,
+  DigestMismatch,
+  InvalidDigest,
+  InvalidSize,
+  SizeExceeded,
+  SizeMismatch,
+  type StoreIoError,
+  UnsafePath
+} from "../StoreError.js"
+import * as Fs from "./Fs.js"
+import type { FileLock } from "./Lock.js"
+import * as Owner from "./Owner.js"
+import * as SafePath from "./SafePath.js"
+
+/** Progress of a staging copy. */
+export interface Progress {
+  /** Bytes copied so far. */
+  readonly bytes: number
+  /** The declared size. */
+  readonly total: number
+  /** Average rate since the copy began (0 until time has passed). */
+  readonly bytesPerSecond: number
+}
+
+/** A file path, or a stream of byte chunks. */
+export type StageSource<E = never> = string | Stream.Stream<Uint8Array, E>
+
+/** A blob that hashed to its digest, with the identity it had when hashed. */
+export interface VerifiedBlob {
+  readonly digest: Digest.Digest
+  readonly path: string
+  readonly size: number
+  readonly dev: bigint
+  readonly ino: bigint
+}
+
+export const stagingDir = "staging"
+export const quarantineDir = "quarantine"
+const chunkSize = 1 << 20
+const progressEveryMillis = 100
+
+/** Validates an untrusted digest before it can become part of any path. */
+export const validateDigest = (value: unknown): Effect.Effect<Digest.Digest, InvalidDigest> =>
+  Digest.isDigest(value)
+    ? Effect.succeed(value)
+    : Effect.fail(
+      new InvalidDigest({
+        value: (() => {
+          const s = typeof value === "string" ? JSON.stringify(value) : String(value)
+          return s.length > 100 ? `${s.slice(0, 97)}...` : s
+        })(),
+        reason: Digest.describe(value)
+      })
+    )
+
+/** The directory segments of a blob below the root. */
+export const segmentsOf = (digest: Digest.Digest): ReadonlyArray<string> => ["blobs", "sha256", Digest.hex(digest).slice(0, 2)]
+
+const identityKey = (st: BigIntStats) => `${st.dev}:${st.ino}:${st.size}:${st.mtimeNs}:${st.ctimeNs}`
+
+export interface Blobs {
+  /** Where a blob lives (whether or not it is present). */
+  readonly pathOf: (digest: Digest.Digest) => string
+  readonly stage: <E>(
+    source: StageSource<E>,
+    expected: Digest.Digest,
+    declaredSize: number,
+    onProgress?: (progress: Progress) => Effect.Effect<void>
+  ) => Effect.Effect<string, E | DigestMismatch | SizeExceeded | SizeMismatch | InvalidSize | UnsafePath | ArtifactCorrupt | StoreIoError>
+  /**
+   * Re-hashes a blob; a mismatch quarantines it. With `trustIdentity`, a blob this process has
+   * already hashed (or published) and whose dev/inode/size/mtime/ctime are unchanged is not
+   * hashed again: any write to it changes ctime.
+   */
+  readonly verify: (
+    digest: Digest.Digest,
+    options?: { readonly trustIdentity?: boolean }
+  ) => Effect.Effect<VerifiedBlob, ArtifactMissing | ArtifactCorrupt | UnsafePath | StoreIoError>
+  /** lstat of a blob through checked directories; `None` when absent. */
+  readonly statOf: (digest: Digest.Digest) => Effect.Effect<Option.Option<BigIntStats>, UnsafePath | StoreIoError>
+  /** Every published blob (regular files with a digest name). */
+  readonly list: Effect.Effect<ReadonlyArray<{ readonly digest: Digest.Digest; readonly stat: BigIntStats }>, UnsafePath | StoreIoError>
+  /** Removes a blob if it still has the given identity. Call under the store lock. */
+  readonly remove: (digest: Digest.Digest, ino: bigint) => Effect.Effect<boolean, UnsafePath | StoreIoError>
+  /** Removes staging files whose owning process is gone; returns how many. */
+  readonly cleanStaging: Effect.Effect<number, UnsafePath | StoreIoError>
+}
+
+/** Reads `fd` from offset 0 to EOF into a sha256 hash; returns the hex digest and byte count. */
+export const hashDescriptor = (fd: number, path: string) =>
+  Effect.gen(function*() {
+    const hash = Crypto.createHash("sha256")
+    const buffer = Buffer.allocUnsafe(chunkSize)
+    let position = 0
+    for (;;) {
+      const n = yield* Fs.read(fd, path, buffer, 0, buffer.length, position)
+      if (n === 0) break
+      hash.update(buffer.subarray(0, n))
+      position += n
+    }
+    return { hex: hash.digest("hex"), size: position }
+  })
+
+/** A source file as a stream of at most `limit` bytes, read in 1 MiB chunks (read-ahead of one). */
+const fileStream = (path: string, limit: number): Stream.Stream<Uint8Array, UnsafePath | Fs.FsError> =>
+  Stream.unwrapScoped(Effect.map(SafePath.openSource(path), (file) => {
+    let position = 0
+    return Stream.repeatEffectOption(
+      Effect.suspend(() => {
+        const want = Math.min(chunkSize, limit - position)
+        if (want <= 0) return Effect.fail(Option.none())
+        const buffer = Buffer.allocUnsafe(want)
+        return Fs.read(file.fd, file.path, buffer, 0, want, position).pipe(
+          Effect.mapError(Option.some),
+          Effect.flatMap((n) => {
+            if (n === 0) return Effect.fail(Option.none())
+            position += n
+            return Effect.succeed(buffer.subarray(0, n))
+          })
+        )
+      })
+    ).pipe(Stream.buffer({ capacity: 2 }))
+  }))
+
+export const make = (root: string, lock: FileLock): Blobs => {
+  const owner = Owner.format(Owner.self())
+  const verified = new Map<string, string>()
+
+  const pathOf = (digest: Digest.Digest) => Path.join(root, ...segmentsOf(digest), Digest.hex(digest))
+
+  const statOf = (digest: Digest.Digest) =>
+    SafePath.lstatIn(root, segmentsOf(digest), Digest.hex(digest)).pipe(
+      Effect.map(Option.map((found) => found.stat)),
+      Fs.orStoreError
+    )
+
+  const quarantine = (digest: Digest.Digest, hashed: BigIntStats) =>
+    lock.withLock(Effect.gen(function*() {
+      verified.delete(Digest.hex(digest))
+      const now = yield* Clock.currentTimeMillis
+      const current = yield* SafePath.lstatIn(root, segmentsOf(digest), Digest.hex(digest))
+      if (Option.isNone(current) || current.value.stat.ino !== hashed.ino || current.value.stat.dev !== hashed.dev) {
+        return "(already moved by another process)"
+      }
+      const dir = yield* SafePath.ensureDir(root, [quarantineDir], true)
+      const target = Path.join(dir, `${Digest.hex(digest)}.${now}.${owner}`)
+      yield* Fs.rename(current.value.path, target)
+      yield* Fs.fsyncDir(dir)
+      yield* Fs.fsyncDir(Path.dirname(current.value.path))
+      return target
+    })).pipe(Fs.orStoreError)
+
+  const verify = (digest: Digest.Digest, options?: { readonly trustIdentity?: boolean }) =>
+    Effect.scoped(Effect.gen(function*() {
+      const file = yield* SafePath.openRead(root, segmentsOf(digest), Digest.hex(digest)).pipe(
+        Fs.catchCodes(["ENOENT", "ENOTDIR"], () => Effect.fail(new ArtifactMissing({ digest })))
+      )
+      const result: VerifiedBlob = { digest, path: file.path, size: Number(file.stat.size), dev: file.stat.dev, ino: file.stat.ino }
+      const identity = identityKey(file.stat)
+      if (options?.trustIdentity === true && verified.get(Digest.hex(digest)) === identity) return result
+      const { hex } = yield* hashDescriptor(file.fd, file.path)
+      if (hex !== Digest.hex(digest)) {
+        const quarantined = yield* quarantine(digest, file.stat)
+        return yield* Effect.fail(new ArtifactCorrupt({ digest, actual: `sha256:${hex}`, quarantined }))
+      }
+      const after = yield* Fs.fstat(file.fd, file.path)
+      if (identityKey(after) === identity) verified.set(Digest.hex(digest), identity)
+      return result
+    })).pipe(Fs.orStoreError)
+
+  const copy = <E>(
+    source: StageSource<E>,
+    expected: Digest.Digest,
+    declared: number,
+    onProgress: ((progress: Progress) => Effect.Effect<void>) | undefined
+  ) =>
+    Effect.gen(function*() {
+      const name = `${owner}.${Crypto.randomBytes(6).toString("hex")}.${Digest.hex(expected).slice(0, 16)}.partial`
+      const staged = yield* Effect.acquireRelease(
+        SafePath.createExclusive(root, [stagingDir], name),
+        (file, exit) => exit._tag === "Success" ? Effect.void : Effect.ignore(Fs.unlink(file.path))
+      )
+      const hash = Crypto.createHash("sha256")
+      const started = yield* Clock.currentTimeMillis
+      let received = 0
+      let reported = started
+      const report = (force: boolean) =>
+        onProgress === undefined
+          ? Effect.void
+          : Effect.flatMap(Clock.currentTimeMillis, (now) => {
+            if (!force && now - reported < progressEveryMillis) return Effect.void
+            reported = now
+            const elapsed = (now - started) / 1000
+            return onProgress({ bytes: received, total: declared, bytesPerSecond: elapsed > 0 ? received / elapsed : 0 })
+          })
+      const stream: Stream.Stream<Uint8Array, E | UnsafePath | Fs.FsError> = typeof source === "string"
+        ? fileStream(source, declared + 1)
+        : source
+      yield* Stream.runForEach(stream, (chunk): Effect.Effect<void, SizeExceeded | Fs.FsError> => {
+        if (received + chunk.length > declared) {
+          return Effect.fail(new SizeExceeded({ digest: expected, declared, received: received + chunk.length }))
+        }
+        const position = received
+        received += chunk.length
+        return Effect.all([
+          Fs.writeAll(staged.fd, staged.path, chunk, position),
+          Effect.sync(() => hash.update(chunk))
+        ], { concurrency: 2, discard: true }).pipe(Effect.zipRight(report(false)))
+      })
+      if (received !== declared) return yield* Effect.fail(new SizeMismatch({ digest: expected, declared, received }))
+      const actual = `sha256:${hash.digest("hex")}`
+      if (actual !== expected) return yield* Effect.fail(new DigestMismatch({ expected, actual }))
+      yield* report(true)
+      yield* Fs.fchmod(staged.fd, staged.path, 0o444)
+      yield* Fs.fsync(staged.fd, staged.path)
+      return staged.path
+    })
+
+  const publish = (stagedPath: string, expected: Digest.Digest, declared: number) =>
+    Effect.gen(function*() {
+      const dir = yield* SafePath.ensureDir(root, segmentsOf(expected), true)
+      const final = Path.join(dir, Digest.hex(expected))
+      yield* Fs.link(stagedPath, final).pipe(
+        Fs.catchCodes(["EEXIST"], () =>
+          Effect.flatMap(Fs.lstat(final), (st) =>
+            st.isFile() && Number(st.size) === declared
+              ? Effect.void
+              : Effect.fail(new UnsafePath({ path: final, found: `${Fs.kindOf(st)} of ${st.size} bytes where a blob was published` }))))
+      )
+      yield* Fs.unlink(stagedPath)
+      yield* Fs.fsyncDir(dir)
+      const st = yield* Fs.lstat(final)
+      if (st.isFile()) verified.set(Digest.hex(expected), identityKey(st))
+      return final
+    })
+
+  const stage = <E>(
+    source: StageSource<E>,
+    expected: Digest.Digest,
+    declared: number,
+    onProgress?: (progress: Progress) => Effect.Effect<void>
+  ) =>
+    Effect.gen(function*() {
+      if (!Number.isSafeInteger(declared) || declared < 0) {
+        return yield* Effect.fail(new InvalidSize({ digest: expected, declared }))
+      }
+      const existing = yield* SafePath.lstatIn(root, segmentsOf(expected), Digest.hex(expected))
+      if (Option.isSome(existing)) {
+        const st = existing.value.stat
+        if (!st.isFile()) return yield* Effect.fail(new UnsafePath({ path: existing.value.path, found: Fs.kindOf(st) }))
+        if (Number(st.size) === declared) return existing.value.path
+        const quarantined = yield* quarantine(expected, st)
+        yield* Effect.logWarning("store: published blob had the wrong size; quarantined").pipe(
+          Effect.annotateLogs({ service: "Store", digest: expected, size: Number(st.size), declared, quarantined })
+        )
+      }
+      const stagedPath = yield* Effect.scoped(copy(source, expected, declared, onProgress))
+      return yield* publish(stagedPath, expected, declared).pipe(
+        Effect.onError(() => Effect.ignore(Fs.unlink(stagedPath)))
+      )
+    }).pipe(Fs.orStoreError)
+
+  const list = Effect.gen(function*() {
+    const base = yield* SafePath.ensureDir(root, ["blobs", "sha256"], false).pipe(
+      Effect.map(Option.some),
+      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<string>()))
+    )
+    if (Option.isNone(base)) return []
+    const out: Array<{ digest: Digest.Digest; stat: BigIntStats }> = []
+    for (const shard of (yield* Fs.readdir(base.value)).sort()) {
+      if (!/^[0-9a-f]{2}$/.test(shard)) continue
+      const dir = yield* SafePath.ensureDir(root, ["blobs", "sha256", shard], false)
+      for (const name of (yield* Fs.readdir(dir)).sort()) {
+        const digest = `sha256:${name}`
+        if (!name.startsWith(shard) || !Digest.isDigest(digest)) continue
+        const st = yield* Fs.lstat(Path.join(dir, name)).pipe(
+          Effect.map(Option.some),
+          Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
+        )
+        if (Option.isSome(st) && st.value.isFile()) out.push({ digest, stat: st.value })
+      }
+    }
+    return out
+  }).pipe(Fs.orStoreError)
+
+  const remove = (digest: Digest.Digest, ino: bigint) =>
+    Effect.gen(function*() {
+      const found = yield* SafePath.lstatIn(root, segmentsOf(digest), Digest.hex(digest))
+      if (Option.isNone(found) || found.value.stat.ino !== ino || !found.value.stat.isFile()) return false
+      yield* Fs.unlink(found.value.path)
+      yield* Fs.fsyncDir(Path.dirname(found.value.path))
+      verified.delete(Digest.hex(digest))
+      return true
+    }).pipe(Fs.orStoreError)
+
+  const cleanStaging = Effect.gen(function*() {
+    const dir = yield* SafePath.ensureDir(root, [stagingDir], false).pipe(
+      Effect.map(Option.some),
+      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<string>()))
+    )
+    if (Option.isNone(dir)) return 0
+    let removed = 0
+    for (const name of yield* Fs.readdir(dir.value)) {
+      const who = Owner.parse(name)
+      if (who !== undefined && Owner.isAlive(who)) continue
+      const path = Path.join(dir.value, name)
+      const st = yield* Fs.lstat(path).pipe(
+        Effect.map(Option.some),
+        Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
+      )
+      if (Option.isNone(st) || st.value.isDirectory()) continue
+      yield* Fs.unlink(path).pipe(Fs.catchCodes(["ENOENT"], () => Effect.void))
+      removed++
+    }
+    return removed
+  }).pipe(Fs.orStoreError)
+
+  return { pathOf, stage, verify, statOf, list, remove, cleanStaging }
+}

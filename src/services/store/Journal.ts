@@ -1,0 +1,228 @@
+/**
+ * The activation journal: append-only JSONL at `<root>/journal.jsonl`, one versioned entry per
+ * line. The newest entry per (model, device) wins, by journal order. Every function here expects
+ * the caller to hold the store lock. Reading recovers a torn tail (bytes after the last newline:
+ * a partial line or a NUL-filled tail) by copying it to `<root>/recovered/` and truncating; any
+ * other defect (a bad line before the tail, a missing field, an unknown version) is a
+ * `JournalCorrupt` naming the line. Appends are one write, fsynced; the directory is fsynced
+ * after the append that created the file.
+ */
+import * as Clock from "effect/Clock"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
+import * as Path from "node:path"
+import { Digest } from "../../domain/Digest.js"
+import { canonicalJson, ModelName, Role } from "../../domain/Manifest.js"
+import { JournalCorrupt, type StoreIoError, type UnsafePath } from "../StoreError.js"
+import * as Fs from "./Fs.js"
+import * as SafePath from "./SafePath.js"
+
+/** A device name: `cpu`, `cuda:0`, `vulkan:1`, ... */
+export const DeviceName = Schema.String.pipe(Schema.pattern(/^[a-z0-9][a-z0-9:._-]{0,63}$/, { identifier: "DeviceName" }))
+
+/** Journal entry, schema version 1. */
+export const EntryV1 = Schema.Struct({
+  v: Schema.Literal(1),
+  model: ModelName,
+  role: Role,
+  device: DeviceName,
+  /** Digest of the activated manifest (sha256 of its canonical JSON). */
+  manifest: Digest,
+  revision: Schema.Int.pipe(Schema.positive()),
+  /** Wall-clock time of the activation, informational only: order decides, never time. */
+  at: Schema.String
+})
+export type Entry = typeof EntryV1.Type
+
+/** An entry and the 1-based line it was read from. */
+export interface Indexed {
+  readonly entry: Entry
+  readonly line: number
+}
+
+/** What the journal says, in order. */
+export interface State {
+  readonly entries: ReadonlyArray<Indexed>
+  /** Newest entry per `key(model, device)`. */
+  readonly newest: ReadonlyMap<string, Indexed>
+}
+
+export const key = (model: string, device: string) => `${model}\u0000${device}`
+
+export const fileName = "journal.jsonl"
+export const recoveredDir = "recovered"
+
+const decodeEntry = Schema.decodeUnknownEither(EntryV1, { onExcessProperty: "error" })
+const utf8 = new TextDecoder("utf-8", { fatal: true })
+
+/** Parses one complete line (without its newline). */
+export const parseLine = (bytes: Uint8Array, line: number, path: string): Either.Either<Entry, JournalCorrupt> => {
+  const corrupt = (reason: string) => Either.left(new JournalCorrupt({ path, line, reason }))
+  if (bytes.length === 0) return corrupt("empty line")
+  if (bytes.includes(0)) return corrupt("NUL bytes inside the journal")
+  let value: unknown
+  try {
+    value = JSON.parse(utf8.decode(bytes))
+  } catch (cause) {
+    return corrupt(`not JSON: ${cause instanceof Error ? cause.message : String(cause)}`)
+  }
+  if (typeof value !== "object" || value === null || Array.isArray(value)) return corrupt("not a JSON object")
+  if (!("v" in value)) return corrupt("missing field v (schema version)")
+  if (value.v !== 1) return corrupt(`unknown schema version ${JSON.stringify(value.v)}`)
+  const decoded = decodeEntry(value)
+  if (Either.isLeft(decoded)) return corrupt(ParseResult.TreeFormatter.formatErrorSync(decoded.left))
+  return Either.right(decoded.right)
+}
+
+/**
+ * Splits a journal's bytes into complete lines and a tail. `entries` are decoded; `tail` is the
+ * byte offset where the torn tail starts (`bytes.length` when there is none).
+ */
+export const parse = (
+  bytes: Uint8Array,
+  path: string,
+  firstLine = 1
+): Either.Either<{ readonly entries: ReadonlyArray<Indexed>; readonly tail: number }, JournalCorrupt> => {
+  const entries: Array<Indexed> = []
+  let start = 0
+  let line = firstLine
+  for (;;) {
+    const nl = bytes.indexOf(0x0a, start)
+    if (nl < 0) break
+    const parsed = parseLine(bytes.subarray(start, nl), line, path)
+    if (Either.isLeft(parsed)) return Either.left(parsed.left)
+    entries.push({ entry: parsed.right, line })
+    start = nl + 1
+    line++
+  }
+  return Either.right({ entries, tail: start })
+}
+
+/** An entry's line, canonical JSON and a newline. */
+export const encodeLine = (entry: Entry): Buffer => Buffer.from(`${canonicalJson(entry)}\n`, "utf8")
+
+/** The journal of one store root; callers hold the store lock around every call. */
+export interface Journal {
+  readonly path: string
+  /** Reads new lines (recovering a torn tail) and returns the whole state. */
+  readonly read: Effect.Effect<State, JournalCorrupt | UnsafePath | StoreIoError>
+  /** Appends one entry (fsynced) and returns the new state. Call `read` first under the same lock. */
+  readonly append: (entry: Omit<Entry, "v" | "at">) => Effect.Effect<State, JournalCorrupt | UnsafePath | StoreIoError>
+}
+
+interface Cache {
+  dev: bigint
+  ino: bigint
+  offset: number
+  entries: Array<Indexed>
+  newest: Map<string, Indexed>
+}
+
+const emptyCache = (): Cache => ({ dev: -1n, ino: -1n, offset: 0, entries: [], newest: new Map() })
+
+const stateOf = (cache: Cache): State => ({ entries: cache.entries.slice(), newest: new Map(cache.newest) })
+
+const addEntries = (cache: Cache, entries: ReadonlyArray<Indexed>) => {
+  for (const indexed of entries) {
+    cache.entries.push(indexed)
+    cache.newest.set(key(indexed.entry.model, indexed.entry.device), indexed)
+  }
+}
+
+/** The journal under `root` (a real, checked directory). */
+export const make = (root: string): Journal => {
+  const path = Path.join(root, fileName)
+  let cache = emptyCache()
+
+  const recover = (tailStart: number, tail: Uint8Array) =>
+    Effect.gen(function*() {
+      const now = yield* Clock.currentTimeMillis
+      const aside = yield* Effect.scoped(Effect.gen(function*() {
+        const file = yield* SafePath.createExclusive(root, [recoveredDir], `journal.${tailStart}.${now}.${process.pid}.tail`)
+        yield* Fs.writeAll(file.fd, file.path, tail)
+        yield* Fs.fsync(file.fd, file.path)
+        return file.path
+      }))
+      yield* Fs.fsyncDir(Path.dirname(aside))
+      yield* Effect.scoped(Effect.gen(function*() {
+        const before = yield* SafePath.lstatIn(root, [], fileName)
+        const fd = yield* Effect.acquireRelease(Fs.open(path, Fs.O_WRONLY | Fs.O_NOFOLLOW | Fs.O_NONBLOCK), Fs.closeQuietly)
+        yield* SafePath.verifyDescriptor(fd, path, Option.getOrUndefined(Option.map(before, (b) => b.stat)))
+        yield* Fs.ftruncate(fd, path, tailStart)
+        yield* Fs.fsync(fd, path)
+      }))
+      yield* Effect.logWarning("journal: torn tail recovered").pipe(
+        Effect.annotateLogs({ service: "Store", journal: path, offset: tailStart, bytes: tail.length, keptAt: aside })
+      )
+    })
+
+  const read = Effect.scoped(Effect.gen(function*() {
+    const opened = yield* SafePath.openRead(root, [], fileName).pipe(
+      Effect.map(Option.some),
+      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<SafePath.OpenFile>()))
+    )
+    if (Option.isNone(opened)) {
+      cache = emptyCache()
+      return stateOf(cache)
+    }
+    const file = opened.value
+    const size = Number(file.stat.size)
+    if (file.stat.dev !== cache.dev || file.stat.ino !== cache.ino || size < cache.offset) {
+      cache = { ...emptyCache(), dev: file.stat.dev, ino: file.stat.ino }
+    }
+    const start = cache.offset
+    if (size === start) return stateOf(cache)
+    const bytes = Buffer.allocUnsafe(size - start)
+    let got = 0
+    while (got < bytes.length) {
+      const n = yield* Fs.read(file.fd, file.path, bytes, got, bytes.length - got, start + got)
+      if (n === 0) break
+      got += n
+    }
+    const chunk = bytes.subarray(0, got)
+    const firstLine = cache.entries.length + 1
+    const parsed = parse(chunk, path, firstLine)
+    if (Either.isLeft(parsed)) {
+      cache = emptyCache()
+      return yield* Effect.fail(parsed.left)
+    }
+    addEntries(cache, parsed.right.entries)
+    cache.offset = start + parsed.right.tail
+    if (parsed.right.tail < chunk.length) {
+      yield* recover(cache.offset, chunk.subarray(parsed.right.tail))
+    }
+    return stateOf(cache)
+  })).pipe(Fs.orStoreError)
+
+  const append = (fields: Omit<Entry, "v" | "at">) =>
+    Effect.gen(function*() {
+      const at = new Date(yield* Clock.currentTimeMillis).toISOString()
+      const entry: Entry = { v: 1, ...fields, at }
+      const line = encodeLine(entry)
+      const existed = Option.isSome(yield* SafePath.lstatIn(root, [], fileName))
+      yield* Effect.scoped(Effect.gen(function*() {
+        const fd = yield* Effect.acquireRelease(
+          Fs.open(path, Fs.O_WRONLY | Fs.O_APPEND | Fs.O_CREAT | Fs.O_NOFOLLOW | Fs.O_NONBLOCK, 0o600),
+          Fs.closeQuietly
+        )
+        const st = yield* SafePath.verifyDescriptor(fd, path, undefined)
+        if (Number(st.size) !== cache.offset || st.ino !== cache.ino && existed) {
+          return yield* Effect.die(new Error("store bug: journal append without a fresh read under the lock"))
+        }
+        yield* Fs.writeAll(fd, path, line)
+        yield* Fs.fsync(fd, path)
+        if (!existed) {
+          cache = { ...emptyCache(), dev: st.dev, ino: st.ino }
+        }
+      }))
+      if (!existed) yield* Fs.fsyncDir(root)
+      addEntries(cache, [{ entry, line: cache.entries.length + 1 }])
+      cache.offset += line.length
+      return stateOf(cache)
+    }).pipe(Fs.orStoreError)
+
+  return { path, read, append }
+}

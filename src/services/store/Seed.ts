@@ -1,0 +1,57 @@
+/**
+ * The packaged seed: `fixtures/seed/` holds `seed.pub` (the public key that signed the seed) and
+ * one `<model>.manifest.json` signed envelope per seed model. The model bytes are not shipped:
+ * they are produced by the deterministic generator in `fixtures/models.ts` and must hash to the
+ * signed digests, so a tampered generator or manifest fails closed.
+ */
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { generateModel, modelSpecs, projectRoot } from "../../../fixtures/models.js"
+import { InvalidKey, StoreIoError } from "../StoreError.js"
+import * as Signing from "./Signing.js"
+
+/** Where a seed comes from. */
+export interface SeedSource {
+  /** Directory holding `seed.pub` and `*.manifest.json`. */
+  readonly dir: string
+  /** Writes the bytes of the named seed model to `path`. */
+  readonly materialize: (model: string, path: string) => Effect.Effect<void, StoreIoError>
+}
+
+export const publicKeyFile = "seed.pub"
+export const manifestSuffix = ".manifest.json"
+
+const isModelName = (name: string): name is keyof typeof modelSpecs => Object.hasOwn(modelSpecs, name)
+
+/** Generates a seed model with the project's deterministic generator. */
+export const generate = (model: string, path: string): Effect.Effect<void, StoreIoError> =>
+  Effect.try({
+    try: () => {
+      if (!isModelName(model)) throw new Error(`no generator for seed model ${model}`)
+      generateModel(modelSpecs[model], path)
+    },
+    catch: (cause) => new StoreIoError({ operation: "generate seed model", path, cause })
+  })
+
+/** The seed shipped with the package. */
+export const packaged: SeedSource = { dir: Path.join(projectRoot, "fixtures", "seed"), materialize: generate }
+
+/** Reads the seed's public key. */
+export const readKey = (dir: string) =>
+  Effect.gen(function*() {
+    const path = Path.join(dir, publicKeyFile)
+    const pem = yield* Effect.try({
+      try: () => Fs.readFileSync(path, "utf8"),
+      catch: (cause) => new InvalidKey({ source: path, reason: cause instanceof Error ? cause.message : String(cause) })
+    })
+    return yield* Either.match(Signing.publicKeyFromPem(pem, path), { onLeft: Effect.fail, onRight: Effect.succeed })
+  })
+
+/** The seed's manifest files, sorted by name. */
+export const manifestFiles = (dir: string) =>
+  Effect.try({
+    try: () => Fs.readdirSync(dir).filter((name) => name.endsWith(manifestSuffix)).sort().map((name) => Path.join(dir, name)),
+    catch: (cause) => new StoreIoError({ operation: "list seed", path: dir, cause })
+  })
