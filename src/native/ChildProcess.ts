@@ -1,0 +1,134 @@
+/**
+ * Host side of one engine child: spawns it in its own process group with the protocol socket on
+ * fd 3, offers a typed RPC client over that socket, and owns its end of life. The exit is observed
+ * through the process (never guessed); closing the scope asks the child to shut down, then sends
+ * SIGTERM and SIGKILL to the group after deadlines, and completes only once the exit is observed.
+ * Host code: it spawns the engine but never loads native inference code.
+ */
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import * as Socket from "@effect/platform/Socket"
+import * as RpcClient from "@effect/rpc/RpcClient"
+import type { RpcClientError } from "@effect/rpc/RpcClientError"
+import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import * as Data from "effect/Data"
+import * as Deferred from "effect/Deferred"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as Scope from "effect/Scope"
+import * as ChildProcess from "node:child_process"
+import type { Duplex } from "node:stream"
+import { createRequire } from "node:module"
+import { fileURLToPath, pathToFileURL } from "node:url"
+import { type ChildSettings, childSettingsToEnv, MAX_FRAME_BYTES } from "./ChildSettings.js"
+import { EngineRpcs } from "./Protocol.js"
+
+/** How a child process ended, as the operating system reported it. */
+export class ChildExit extends Data.Class<{ readonly code: number | null; readonly signal: string | null }> {
+  get description() {
+    return this.signal !== null ? `killed by ${this.signal}` : `exited with code ${this.code}`
+  }
+}
+
+export class SpawnFailed extends Data.TaggedError("SpawnFailed")<{ readonly command: string; readonly reason: string }> {
+  override get message() {
+    return `cannot start engine child ${this.command}: ${this.reason}`
+  }
+}
+
+export type EngineClient = RpcClient.FromGroup<typeof EngineRpcs, RpcClientError>
+
+export interface EngineChild {
+  readonly pid: number
+  readonly client: EngineClient
+  /** Completes when the process has exited, with how it ended. */
+  readonly exited: Effect.Effect<ChildExit>
+  /** Has the process exited yet? */
+  readonly hasExited: Effect.Effect<boolean>
+  /** SIGKILL to the whole process group, for a child that is known to be broken. */
+  readonly kill: Effect.Effect<void>
+}
+
+export interface SpawnOptions {
+  readonly settings: ChildSettings
+  /** Extra environment for the child (driver variables, test failpoints). */
+  readonly env?: Readonly<Record<string, string>> | undefined
+  /** The Node executable; overridable to test spawn failures. */
+  readonly execPath?: string | undefined
+  /** Time allowed for a graceful shutdown request, then for SIGTERM, before SIGKILL. */
+  readonly stopTimeout?: Duration.DurationInput | undefined
+}
+
+const childEntry = fileURLToPath(new URL("./child.ts", import.meta.url))
+const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href
+
+const signalGroup = (pid: number, signal: NodeJS.Signals) => {
+  try {
+    process.kill(-pid, signal)
+  } catch {
+    // The group is already gone.
+  }
+}
+
+/** Spawns an engine child; the returned value lives as long as the scope. */
+export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFailed, Scope.Scope> =>
+  Effect.gen(function*() {
+    const command = options.execPath ?? process.execPath
+    const stopTimeout = options.stopTimeout ?? Duration.seconds(5)
+    const exit = yield* Deferred.make<ChildExit>()
+    const proc = yield* Effect.acquireRelease(
+      Effect.async<ChildProcess.ChildProcess, SpawnFailed>((resume) => {
+        const child = ChildProcess.spawn(command, ["--import", tsxLoader, childEntry], {
+          detached: true,
+          stdio: ["ignore", "inherit", "inherit", "pipe"],
+          env: { ...process.env, ...childSettingsToEnv(options.settings), ...options.env }
+        })
+        child.once("exit", (code, signal) => Deferred.unsafeDone(exit, Exit.succeed(new ChildExit({ code, signal }))))
+        child.once("error", (cause) => {
+          if (child.pid === undefined) resume(Effect.fail(new SpawnFailed({ command, reason: cause.message })))
+        })
+        child.once("spawn", () => resume(Effect.succeed(child)))
+      }),
+      (child) =>
+        Effect.gen(function*() {
+          const pid = child.pid!
+          if (yield* Deferred.isDone(exit)) return signalGroup(pid, "SIGKILL")
+          signalGroup(pid, "SIGTERM")
+          const stopped = yield* Deferred.await(exit).pipe(Effect.timeoutOption(stopTimeout))
+          if (Option.isNone(stopped)) {
+            yield* Effect.logWarning(`engine child ${pid} ignored SIGTERM for ${Duration.format(stopTimeout)}; killing it`)
+          }
+          // Whatever the child left in its group goes too.
+          signalGroup(pid, "SIGKILL")
+          yield* Deferred.await(exit)
+        })
+    )
+    const pid = proc.pid!
+    const channel = proc.stdio[3] as Duplex
+    const socket = yield* NodeSocket.fromDuplex(Effect.succeed(channel))
+    // Built in this scope (not through Effect.provide of a layer, whose scope would end at once).
+    const protocol = yield* RpcClient.makeProtocolSocket({ retryTransientErrors: false }).pipe(
+      Effect.provideService(Socket.Socket, socket),
+      Effect.provideService(
+        RpcSerialization.RpcSerialization,
+        RpcSerialization.makeMsgPack({ maxBufferSize: MAX_FRAME_BYTES, useRecords: true })
+      )
+    )
+    const client = yield* RpcClient.make(EngineRpcs).pipe(Effect.provideService(RpcClient.Protocol, protocol))
+    // Runs before the process finalizer: a graceful request first, while the client is alive.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        if (yield* Deferred.isDone(exit)) return
+        yield* client.Shutdown().pipe(Effect.ignore, Effect.timeoutOption(stopTimeout))
+        yield* Deferred.await(exit).pipe(Effect.timeoutOption(stopTimeout))
+      })
+    )
+    return {
+      pid,
+      client,
+      exited: Deferred.await(exit),
+      hasExited: Deferred.isDone(exit),
+      kill: Effect.sync(() => signalGroup(pid, "SIGKILL"))
+    }
+  })

@@ -1,0 +1,43 @@
+/**
+ * What the host tells an engine child at spawn time, carried in its environment. Shared by both
+ * sides; imports nothing native.
+ */
+import type { Backend } from "./Protocol.js"
+
+/** Largest protocol frame either side accepts; a bigger one is a protocol violation. */
+export const MAX_FRAME_BYTES = 16 * 1024 * 1024
+
+export interface ChildSettings {
+  /** Which llama.cpp build the child loads; "cpu" never touches GPU libraries. */
+  readonly backend: Backend
+  /** Threads for evaluation; the default 4 on two cores is ~140x slower (engine-notes.md). */
+  readonly threads: number
+  /** Largest batch in one native evaluation; prefill chunks never exceed it. */
+  readonly batchSize: number
+}
+
+export const defaultChildSettings: ChildSettings = { backend: "cpu", threads: 1, batchSize: 512 }
+
+const backends: ReadonlyArray<Backend> = ["cpu", "cuda", "vulkan", "metal"]
+
+export const childSettingsToEnv = (settings: ChildSettings): Record<string, string> => ({
+  NATIVEGEN_BACKEND: settings.backend,
+  NATIVEGEN_THREADS: String(settings.threads),
+  NATIVEGEN_BATCH_SIZE: String(settings.batchSize),
+  // One libuv worker: a second one lets ggml's helper thread and the step share a core (engine-notes.md).
+  UV_THREADPOOL_SIZE: "1"
+})
+
+const positive = (value: string | undefined, fallback: number) => {
+  const n = value === undefined ? NaN : Number(value)
+  return Number.isInteger(n) && n > 0 ? n : fallback
+}
+
+export const childSettingsFromEnv = (env: NodeJS.ProcessEnv): ChildSettings => {
+  const backend = backends.find((b) => b === env.NATIVEGEN_BACKEND) ?? defaultChildSettings.backend
+  return {
+    backend,
+    threads: positive(env.NATIVEGEN_THREADS, defaultChildSettings.threads),
+    batchSize: positive(env.NATIVEGEN_BATCH_SIZE, defaultChildSettings.batchSize)
+  }
+}

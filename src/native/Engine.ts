@@ -1,0 +1,545 @@
+/**
+ * The engine adapter: everything the child does with node-llama-cpp. Runs only inside an engine
+ * child process (the host never imports this module). Each native operation runs as one atomic
+ * step under the engine lock, so work submitted between two steps of a generation (a decision
+ * score, a tokenize) runs at the next step boundary, and an interrupted step always completes
+ * before the interruption takes effect: the native engine is never left mid-call.
+ */
+import { Template } from "@huggingface/jinja"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { createRequire } from "node:module"
+import {
+  getLlama,
+  GgufInsights,
+  type Llama,
+  type LlamaContext,
+  type LlamaContextSequence,
+  type LlamaModel,
+  readGgufFileInfo,
+  type Token
+} from "node-llama-cpp"
+import {
+  EngineFailure,
+  type EngineError,
+  InvalidEngineRequest,
+  ModelLoadFailed,
+  RoleNotLoaded,
+  UnknownGeneration
+} from "../domain/EngineError.js"
+import {
+  type AdvanceEvent,
+  type Backend,
+  type ChatMessage,
+  ContextPlan,
+  DeviceInfo,
+  HeadScore,
+  HelloInfo,
+  LabelScore,
+  LoadedModel,
+  MemoryEstimate,
+  ModelPlan,
+  PROTOCOL_VERSION,
+  type Role,
+  type Sampling,
+  SpecialTokens,
+  type StopReason
+} from "./Protocol.js"
+
+export interface EngineOptions {
+  readonly backend: Backend
+  readonly threads: number
+  /** Largest batch evaluated in one native call; prefill chunks never exceed it. */
+  readonly batchSize: number
+}
+
+interface Resident {
+  readonly model: LlamaModel
+  readonly context: LlamaContext
+  readonly sequences: ReadonlyArray<LlamaContextSequence>
+  readonly modelPath: string
+  readonly template: Template | undefined
+  readonly vocabularySize: number
+}
+
+interface Generation {
+  readonly id: string
+  readonly sequenceIndex: number
+  readonly sequence: LlamaContextSequence
+  readonly model: LlamaModel
+  readonly prompt: ReadonlyArray<Token>
+  readonly sampling: Sampling
+  readonly maxTokens: number
+  readonly stopTokens: ReadonlySet<number>
+  readonly prefillChunk: number
+  /** Prompt tokens (all but the last) in the sequence's KV cache. */
+  prefilled: number
+  iterator: AsyncGenerator<Token, void, void | Token | Token[]> | undefined
+  readonly tokens: Array<number>
+  readonly texts: Array<string>
+  /** Tokens whose text is held back until their UTF-8 sequence completes. */
+  pendingText: Array<number>
+  finished: StopReason | undefined
+}
+
+/** node-llama-cpp's version, from the package.json above its resolved entry (it exports no subpath for it). */
+const packageVersion = (): string => {
+  let dir = Path.dirname(createRequire(import.meta.url).resolve("node-llama-cpp"))
+  while (dir !== Path.dirname(dir)) {
+    const file = Path.join(dir, "package.json")
+    if (Fs.existsSync(file)) {
+      const pkg: { name?: string; version?: string } = JSON.parse(Fs.readFileSync(file, "utf8"))
+      if (pkg.name === "node-llama-cpp" && pkg.version !== undefined) return pkg.version
+    }
+    dir = Path.dirname(dir)
+  }
+  return "unknown"
+}
+
+const reasonOf = (cause: unknown): string => (cause instanceof Error ? cause.message : String(cause))
+
+const invalid = (field: string, value: unknown, reason: string) =>
+  new InvalidEngineRequest({ field, value: JSON.stringify(value) ?? String(value), reason })
+
+const checkPositiveInt = (field: string, value: number) =>
+  Number.isInteger(value) && value > 0 ? Effect.void : Effect.fail(invalid(field, value, "must be a positive integer"))
+
+export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOptions) {
+  const llama: Llama = yield* Effect.tryPromise({
+    try: () =>
+      getLlama({
+        build: "never",
+        gpu: options.backend === "cpu" ? false : options.backend,
+        maxThreads: options.threads,
+        logLevel: "error" as never,
+        progressLogs: false
+      }),
+    catch: (cause) => new EngineFailure({ operation: "getLlama", reason: reasonOf(cause) })
+  })
+  const lock = yield* Effect.makeSemaphore(1)
+  const residents = new Map<Role, Resident>()
+  const generations = new Map<string, Generation>()
+
+  /** Runs one native step atomically: the lock serializes steps; interruption waits for the step. */
+  const step = <A>(operation: string, run: () => Promise<A>) =>
+    lock.withPermits(1)(
+      Effect.uninterruptible(
+        Effect.tryPromise({ try: run, catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
+      )
+    )
+
+  const resident = (role: Role) =>
+    Effect.suspend(() => {
+      const r = residents.get(role)
+      return r === undefined ? Effect.fail(new RoleNotLoaded({ role })) : Effect.succeed(r)
+    })
+
+  const hello = Effect.gen(function*() {
+    const gpu = llama.gpu
+    const devices: Array<DeviceInfo> = []
+    if (gpu === false) {
+      devices.push(new DeviceInfo({ name: "cpu", kind: "cpu", totalBytes: Os.totalmem(), freeBytes: Os.freemem() }))
+    } else {
+      const vram = yield* Effect.promise(() => llama.getVramState())
+      const names = yield* Effect.promise(() => llama.getGpuDeviceNames())
+      devices.push(
+        new DeviceInfo({ name: names.join(", ") || gpu, kind: "gpu", totalBytes: vram.total, freeBytes: vram.free })
+      )
+    }
+    return new HelloInfo({
+      protocolVersion: PROTOCOL_VERSION,
+      nodeLlamaCppVersion: packageVersion(),
+      llamaCppRelease: llama.llamaCppRelease.release,
+      backend: gpu === false ? "cpu" : gpu,
+      threads: options.threads,
+      pid: process.pid,
+      devices
+    })
+  })
+
+  const readInsights = (modelPath: string) =>
+    Effect.tryPromise({
+      try: async () => GgufInsights.from(await readGgufFileInfo(modelPath), llama),
+      catch: (cause) => new ModelLoadFailed({ modelPath, reason: reasonOf(cause) })
+    })
+
+  const gpuLayers = () => (llama.gpu === false ? 0 : 1_000)
+
+  const plan = (modelPath: string, contextSizes: ReadonlyArray<number>, sequences: number) =>
+    Effect.gen(function*() {
+      yield* checkPositiveInt("sequences", sequences)
+      for (const size of contextSizes) yield* checkPositiveInt("contextSize", size)
+      const insights = yield* readInsights(modelPath)
+      const estimate = <A>(run: () => Promise<A>) =>
+        Effect.tryPromise({ try: run, catch: (cause) => new ModelLoadFailed({ modelPath, reason: reasonOf(cause) }) })
+      const layers = Math.min(gpuLayers(), insights.totalLayers)
+      const weights = yield* estimate(() => insights.estimateModelResourceRequirementsV2({ gpuLayers: layers }))
+      const contexts: Array<ContextPlan> = []
+      for (const contextSize of contextSizes) {
+        const c = yield* estimate(() =>
+          insights.estimateContextResourceRequirementsV2({
+            contextSize,
+            sequences,
+            batchSize: Math.min(options.batchSize, contextSize),
+            modelGpuLayers: layers
+          })
+        )
+        contexts.push(
+          new ContextPlan({ contextSize, context: new MemoryEstimate({ cpuBytes: c.cpuRam, gpuBytes: c.gpuVram }) })
+        )
+      }
+      return new ModelPlan({
+        modelPath,
+        trainedContextSize: insights.trainContextSize ?? 0,
+        weights: new MemoryEstimate({ cpuBytes: weights.cpuRam, gpuBytes: weights.gpuVram }),
+        contexts
+      })
+    })
+
+  const specialToken = (model: LlamaModel, text: string): number | null => {
+    const tokens = model.tokenize(text, true)
+    return tokens.length === 1 && model.detokenize(tokens, false) === "" ? tokens[0]! : null
+  }
+
+  const unloadRole = (role: Role) =>
+    Effect.gen(function*() {
+      const r = residents.get(role)
+      if (r === undefined) return
+      residents.delete(role)
+      for (const [id, g] of generations) if (r.sequences.includes(g.sequence)) generations.delete(id)
+      yield* step("unload", async () => {
+        await r.context.dispose()
+        await r.model.dispose()
+      })
+    })
+
+  const load = (role: Role, modelPath: string, contextSize: number, sequences: number) =>
+    Effect.gen(function*() {
+      yield* checkPositiveInt("contextSize", contextSize)
+      yield* checkPositiveInt("sequences", sequences)
+      const insights = yield* readInsights(modelPath)
+      yield* unloadRole(role)
+      const loaded = yield* lock.withPermits(1)(
+        Effect.uninterruptible(
+          Effect.tryPromise({
+            try: async () => {
+              const model = await llama.loadModel({ modelPath, gpuLayers: gpuLayers() === 0 ? 0 : "max" })
+              try {
+                const context = await model.createContext({
+                  contextSize,
+                  sequences,
+                  threads: options.threads,
+                  batchSize: Math.min(options.batchSize, contextSize)
+                })
+                return { model, context }
+              } catch (cause) {
+                await model.dispose()
+                throw cause
+              }
+            },
+            catch: (cause) => new ModelLoadFailed({ modelPath, reason: reasonOf(cause) })
+          })
+        )
+      )
+      const { model, context } = loaded
+      const sequenceList = Array.from({ length: sequences }, () => context.getSequence())
+      const chatTemplate = insights.ggufFileInfo.metadata.tokenizer?.chat_template
+      residents.set(role, {
+        model,
+        context,
+        sequences: sequenceList,
+        modelPath,
+        template: typeof chatTemplate === "string" ? new Template(chatTemplate) : undefined,
+        vocabularySize: insights.ggufFileInfo.metadata.tokenizer?.ggml?.tokens?.length ?? 0
+      })
+      return new LoadedModel({
+        role,
+        modelPath,
+        contextSize: context.contextSize,
+        sequences,
+        trainedContextSize: model.trainContextSize,
+        measured: {
+          modelBytes: model.memoryUsage.ram + model.memoryUsage.vram,
+          contextBytes: context.memoryUsage.ram + context.memoryUsage.vram
+        },
+        specialTokens: new SpecialTokens({
+          bos: model.tokens.bos,
+          eos: model.tokens.eos,
+          thinkOpen: specialToken(model, "<think>"),
+          thinkClose: specialToken(model, "</think>"),
+          toolOpen: specialToken(model, "<tool_call>"),
+          toolClose: specialToken(model, "</tool_call>")
+        })
+      })
+    })
+
+  const tokenize = (role: Role, text: string, specialTokens: boolean) =>
+    Effect.map(resident(role), (r) => r.model.tokenize(text, specialTokens) as ReadonlyArray<number>)
+
+  const detokenize = (role: Role, tokens: ReadonlyArray<number>) =>
+    Effect.map(resident(role), (r) => r.model.detokenize(tokens as Array<Token>, false))
+
+  /** Renders a chat through the model's own Jinja template, ending with the assistant prompt. */
+  const render = (role: Role, messages: ReadonlyArray<ChatMessage>) =>
+    Effect.gen(function*() {
+      const r = yield* resident(role)
+      if (messages.length === 0) return yield* Effect.fail(invalid("messages", [], "at least one message is needed"))
+      if (r.template === undefined) {
+        return yield* Effect.fail(invalid("role", role, "the model has no chat template"))
+      }
+      const text = r.template.render({
+        messages: messages.map((m) => ({ role: m.role, content: m.content })),
+        add_generation_prompt: true,
+        bos_token: "",
+        eos_token: ""
+      })
+      const body = r.model.tokenize(text, true)
+      const bos = r.model.tokens.bos
+      return (bos !== null && r.model.tokens.shouldPrependBosToken ? [bos, ...body] : body) as ReadonlyArray<number>
+    })
+
+  const begin = (request: {
+    readonly generationId: string
+    readonly sequence: number
+    readonly prompt: ReadonlyArray<number>
+    readonly sampling: Sampling
+    readonly maxTokens: number
+    readonly stopTokens: ReadonlyArray<number>
+    readonly prefillChunk: number
+  }) =>
+    Effect.gen(function*() {
+      const r = yield* resident("generation")
+      if (generations.has(request.generationId)) {
+        return yield* Effect.fail(invalid("generationId", request.generationId, "already begun"))
+      }
+      if (request.prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
+      yield* checkPositiveInt("maxTokens", request.maxTokens)
+      yield* checkPositiveInt("prefillChunk", request.prefillChunk)
+      const sequence = r.sequences[request.sequence]
+      if (!Number.isInteger(request.sequence) || sequence === undefined) {
+        return yield* Effect.fail(
+          invalid("sequence", request.sequence, `must be an integer in [0, ${r.sequences.length})`)
+        )
+      }
+      for (const g of generations.values()) {
+        if (g.sequence === sequence) {
+          return yield* Effect.fail(invalid("sequence", request.sequence, `busy with generation ${g.id}`))
+        }
+      }
+      const badToken = request.prompt.find((t) => !Number.isInteger(t) || t < 0 || t >= r.vocabularySize)
+      if (badToken !== undefined) return yield* Effect.fail(invalid("prompt", badToken, "is not a token of the model"))
+      const needed = request.prompt.length + request.maxTokens
+      if (needed > r.context.contextSize) {
+        return yield* Effect.fail(
+          invalid("maxTokens", request.maxTokens, `prompt ${request.prompt.length} + max tokens exceeds context ${r.context.contextSize}`)
+        )
+      }
+      // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to sample).
+      const keep = request.prompt.slice(0, -1) as Array<Token>
+      yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false))
+      const reused = sequence.nextTokenIndex
+      generations.set(request.generationId, {
+        id: request.generationId,
+        sequenceIndex: request.sequence,
+        sequence,
+        model: r.model,
+        prompt: request.prompt as Array<Token>,
+        sampling: request.sampling,
+        maxTokens: request.maxTokens,
+        stopTokens: new Set(request.stopTokens),
+        prefillChunk: Math.min(request.prefillChunk, options.batchSize),
+        prefilled: reused,
+        iterator: undefined,
+        tokens: [],
+        texts: [],
+        pendingText: [],
+        finished: undefined
+      })
+      return { reusedTokens: reused }
+    })
+
+  const generation = (generationId: string) =>
+    Effect.suspend(() => {
+      const g = generations.get(generationId)
+      return g === undefined ? Effect.fail(new UnknownGeneration({ generationId })) : Effect.succeed(g)
+    })
+
+  /** Text for a newly sampled token; held back while it ends in an incomplete UTF-8 sequence. */
+  const textOf = (g: Generation, token: number): string => {
+    g.pendingText.push(token)
+    const context = g.tokens.slice(-8 - g.pendingText.length, -g.pendingText.length) as Array<Token>
+    const text = g.model.detokenize(g.pendingText as Array<Token>, false, context)
+    if (text.endsWith("\uFFFD") && g.pendingText.length < 4) return ""
+    g.pendingText = []
+    return text
+  }
+
+  /** One step: a prefill chunk or one decoded token. */
+  const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
+    const last = g.prompt.length - 1
+    if (g.prefilled < last) {
+      const chunk = g.prompt.slice(g.prefilled, Math.min(g.prefilled + g.prefillChunk, last))
+      return Effect.as(
+        step("prefill", async () => {
+          await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
+          g.prefilled += chunk.length
+        }),
+        { _tag: "Prefilled", done: g.prefilled, total: g.prompt.length } as const
+      )
+    }
+    return Effect.map(
+      step("decode", async () => {
+        g.iterator ??= g.sequence.evaluate([g.prompt[last]!], {
+          temperature: g.sampling.temperature,
+          ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
+          ...(g.sampling.topP !== undefined ? { topP: g.sampling.topP } : {}),
+          ...(g.sampling.seed !== undefined ? { seed: g.sampling.seed } : {})
+        })
+        const next = await g.iterator.next()
+        if (next.done === true) throw new Error("the sequence ended its evaluation")
+        const token = next.value as number
+        if (g.model.isEogToken(next.value)) {
+          g.finished = "endOfGeneration"
+          return { _tag: "Finished", reason: g.finished, generated: g.tokens.length } as const
+        }
+        if (g.stopTokens.has(token)) {
+          g.finished = "stopToken"
+          return { _tag: "Finished", reason: g.finished, generated: g.tokens.length } as const
+        }
+        const text = textOf(g, token)
+        g.tokens.push(token)
+        g.texts.push(text)
+        if (g.tokens.length >= g.maxTokens) g.finished = "maxTokens"
+        return { _tag: "Token", index: g.tokens.length - 1, token, text } as const
+      }),
+      (event): AdvanceEvent => event
+    )
+  }
+
+  /**
+   * Streams the generation's steps from `fromIndex`: first what was already produced past that
+   * index (the host may have missed it when it paused), then new steps until it finishes.
+   */
+  const advance = (generationId: string, fromIndex: number): Stream.Stream<AdvanceEvent, EngineError> =>
+    Stream.unwrap(
+      Effect.gen(function*() {
+        const g = yield* generation(generationId)
+        if (!Number.isInteger(fromIndex) || fromIndex < 0 || fromIndex > g.tokens.length) {
+          return yield* Effect.fail(invalid("fromIndex", fromIndex, `must be in [0, ${g.tokens.length}]`))
+        }
+        const replay = g.tokens.slice(fromIndex).map(
+          (token, i): AdvanceEvent => ({ _tag: "Token", index: fromIndex + i, token, text: g.texts[fromIndex + i]! })
+        )
+        let finishedSent = false
+        const steps = Stream.repeatEffectOption(
+          Effect.suspend((): Effect.Effect<AdvanceEvent, Option.Option<EngineError>> => {
+            if (finishedSent) return Effect.fail(Option.none())
+            if (g.finished !== undefined) {
+              finishedSent = true
+              return Effect.succeed({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
+            }
+            return Effect.tap(Effect.mapError(advanceOnce(g), Option.some), (e) => {
+              if (e._tag === "Finished") finishedSent = true
+            })
+          })
+        )
+        return Stream.concat(Stream.fromIterable(replay), steps)
+      })
+    )
+
+  const end = (generationId: string) =>
+    Effect.suspend(() => {
+      const g = generations.get(generationId)
+      if (g === undefined) return Effect.void
+      generations.delete(generationId)
+      const iterator = g.iterator
+      return iterator === undefined ? Effect.void : Effect.ignore(step("end", async () => void (await iterator.return())))
+    })
+
+  const score = (prompt: ReadonlyArray<number>, heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>) =>
+    Effect.gen(function*() {
+      const r = yield* resident("decision")
+      if (prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
+      if (heads.length === 0) return yield* Effect.fail(invalid("heads", [], "at least one head is needed"))
+      const names = new Set<string>()
+      for (const head of heads) {
+        if (names.has(head.name)) return yield* Effect.fail(invalid("head", head.name, "duplicate head name"))
+        names.add(head.name)
+        if (head.labels.length === 0) return yield* Effect.fail(invalid(`head ${head.name} labels`, [], "must not be empty"))
+        const seen = new Set<string>()
+        for (const label of head.labels) {
+          if (label.length === 0) return yield* Effect.fail(invalid(`head ${head.name} label`, label, "must not be empty"))
+          if (seen.has(label)) return yield* Effect.fail(invalid(`head ${head.name} labels`, label, "duplicate label"))
+          seen.add(label)
+        }
+      }
+      const sequence = r.sequences[0]!
+      const context = prompt.slice(0, -1) as Array<Token>
+      const lastPromptToken = prompt[prompt.length - 1]! as Token
+      const labelTokens = new Map<string, ReadonlyArray<Token>>()
+      for (const head of heads) for (const l of head.labels) labelTokens.set(l, r.model.tokenize(l, false))
+      const longest = Math.max(...Array.from(labelTokens.values(), (t) => t.length))
+      if (prompt.length + longest > r.context.contextSize) {
+        return yield* Effect.fail(
+          invalid("prompt", prompt.length, `prompt + longest label (${longest}) exceeds context ${r.context.contextSize}`)
+        )
+      }
+      const logLikelihoods = yield* step("score", async () => {
+        await sequence.adaptStateToTokens(context, false)
+        if (sequence.nextTokenIndex < context.length) {
+          await sequence.evaluateWithoutGeneratingNewTokens(context.slice(sequence.nextTokenIndex))
+        }
+        const result = new Map<string, number>()
+        for (const [label, tokens] of labelTokens) {
+          const items = [lastPromptToken, ...tokens.slice(0, -1)].map(
+            (token) => [token, { generateNext: { probabilities: true, options: { temperature: 0 } } }] as [Token, { generateNext: { probabilities: true; options: { temperature: 0 } } }]
+          )
+          const outputs = await sequence.controlledEvaluate(items)
+          let sum = 0
+          tokens.forEach((token, i) => {
+            const p = outputs[i]?.next?.probabilities?.get(token) ?? 0
+            sum += Math.log(p)
+          })
+          result.set(label, sum)
+          await sequence.eraseContextTokenRanges([{ start: context.length, end: sequence.nextTokenIndex }])
+        }
+        return result
+      })
+      return heads.map((head) => {
+        const lls = head.labels.map((l) => logLikelihoods.get(l)!)
+        const max = Math.max(...lls)
+        const weights = lls.map((ll) => (Number.isFinite(ll) ? Math.exp(ll - max) : 0))
+        const total = weights.reduce((a, b) => a + b, 0)
+        const probabilities = weights.map((w) => (total > 0 ? w / total : 1 / weights.length))
+        const order = head.labels.map((_, i) => i).sort((a, b) => probabilities[b]! - probabilities[a]! || a - b)
+        const ranks = new Array<number>(order.length)
+        order.forEach((labelIndex, position) => (ranks[labelIndex] = position + 1))
+        return new HeadScore({
+          name: head.name,
+          labels: head.labels.map((label, i) =>
+            new LabelScore({
+              label,
+              tokens: labelTokens.get(label)!.length,
+              logLikelihood: lls[i]!,
+              probability: probabilities[i]!,
+              rank: ranks[i]!
+            })
+          )
+        })
+      })
+    })
+
+  const dispose = Effect.gen(function*() {
+    for (const id of Array.from(generations.keys())) yield* end(id)
+    for (const role of Array.from(residents.keys())) yield* Effect.ignore(unloadRole(role))
+    yield* Effect.promise(() => llama.dispose())
+  })
+
+  return { hello, plan, load, unload: unloadRole, tokenize, detokenize, render, begin, advance, end, score, dispose } as const
+})
+
+export type Engine = Effect.Effect.Success<ReturnType<typeof makeEngine>>

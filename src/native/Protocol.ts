@@ -1,0 +1,181 @@
+/**
+ * The host<->engine-child protocol: one @effect/rpc group, msgpack-framed over a Unix socket pair
+ * (the child's fd 3). Every message is an Effect Schema, so a malformed message is a decoding
+ * failure of the child, never a crash of the host. This module is shared by both sides and must
+ * not import node-llama-cpp.
+ *
+ * Generation is split so that the host decides which step runs next: `Begin` registers a
+ * generation (prompt, sampling, limits) on a sequence, `Advance` streams its steps (prefill chunks
+ * and decode tokens, each with its index) until it finishes, and interrupting `Advance` pauses it
+ * at the next step boundary. A later `Advance` resumes from the index the host last received;
+ * the child replays what the host may have missed, so nothing is lost or repeated. `End` frees it.
+ */
+import * as Rpc from "@effect/rpc/Rpc"
+import * as RpcGroup from "@effect/rpc/RpcGroup"
+import * as Schema from "effect/Schema"
+import { EngineError } from "../domain/EngineError.js"
+
+export const PROTOCOL_VERSION = 1
+
+export const Role = Schema.Literal("generation", "decision")
+export type Role = typeof Role.Type
+
+export const Backend = Schema.Literal("cpu", "cuda", "vulkan", "metal")
+export type Backend = typeof Backend.Type
+
+const Bytes = Schema.NonNegativeInt
+const TokenId = Schema.NonNegativeInt
+export const Tokens = Schema.Array(TokenId)
+
+export class DeviceInfo extends Schema.Class<DeviceInfo>("DeviceInfo")({
+  name: Schema.String,
+  kind: Schema.Literal("cpu", "gpu"),
+  totalBytes: Bytes,
+  freeBytes: Bytes
+}) {}
+
+export class HelloInfo extends Schema.Class<HelloInfo>("HelloInfo")({
+  protocolVersion: Schema.Int,
+  nodeLlamaCppVersion: Schema.String,
+  llamaCppRelease: Schema.String,
+  backend: Backend,
+  threads: Schema.Int,
+  pid: Schema.Int,
+  devices: Schema.Array(DeviceInfo)
+}) {}
+
+/** Native memory estimate split by where it lives. */
+export class MemoryEstimate extends Schema.Class<MemoryEstimate>("MemoryEstimate")({
+  cpuBytes: Bytes,
+  gpuBytes: Bytes
+}) {}
+
+export class ContextPlan extends Schema.Class<ContextPlan>("ContextPlan")({
+  contextSize: Schema.Int,
+  /** KV cache and compute buffers for this context size. */
+  context: MemoryEstimate
+}) {}
+
+/** The native allocation plan of a model over candidate context sizes, without loading it. */
+export class ModelPlan extends Schema.Class<ModelPlan>("ModelPlan")({
+  modelPath: Schema.String,
+  trainedContextSize: Schema.Int,
+  weights: MemoryEstimate,
+  contexts: Schema.Array(ContextPlan)
+}) {}
+
+/** Token ids the host needs to decode channels, from the model's own vocabulary. */
+export class SpecialTokens extends Schema.Class<SpecialTokens>("SpecialTokens")({
+  bos: Schema.NullOr(TokenId),
+  eos: Schema.NullOr(TokenId),
+  thinkOpen: Schema.NullOr(TokenId),
+  thinkClose: Schema.NullOr(TokenId),
+  toolOpen: Schema.NullOr(TokenId),
+  toolClose: Schema.NullOr(TokenId)
+}) {}
+
+export class LoadedModel extends Schema.Class<LoadedModel>("LoadedModel")({
+  role: Role,
+  modelPath: Schema.String,
+  contextSize: Schema.Int,
+  sequences: Schema.Int,
+  trainedContextSize: Schema.Int,
+  /** Measured after load: the model's resident bytes and the context's bytes. */
+  measured: Schema.Struct({ modelBytes: Bytes, contextBytes: Bytes }),
+  specialTokens: SpecialTokens
+}) {}
+
+export const ChatRole = Schema.Literal("system", "user", "assistant", "tool")
+export type ChatRole = typeof ChatRole.Type
+
+export const ChatMessage = Schema.Struct({ role: ChatRole, content: Schema.String })
+export type ChatMessage = typeof ChatMessage.Type
+
+export const Sampling = Schema.Struct({
+  /** 0 is greedy. */
+  temperature: Schema.Number,
+  topK: Schema.optional(Schema.Int),
+  topP: Schema.optional(Schema.Number),
+  seed: Schema.optional(Schema.Int)
+})
+export type Sampling = typeof Sampling.Type
+
+export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopToken")
+export type StopReason = typeof StopReason.Type
+
+export const AdvanceEvent = Schema.Union(
+  Schema.TaggedStruct("Prefilled", { done: Schema.Int, total: Schema.Int }),
+  Schema.TaggedStruct("Token", { index: Schema.Int, token: TokenId, text: Schema.String }),
+  Schema.TaggedStruct("Finished", { reason: StopReason, generated: Schema.Int })
+)
+export type AdvanceEvent = typeof AdvanceEvent.Type
+
+export class LabelScore extends Schema.Class<LabelScore>("LabelScore")({
+  label: Schema.String,
+  tokens: Schema.Int,
+  /** Teacher-forced log-likelihood of the label's tokens after the prompt, in nats. */
+  logLikelihood: Schema.Number,
+  /** Softmax of the log-likelihoods over the head's labels. */
+  probability: Schema.Number,
+  /** 1 is the most probable. */
+  rank: Schema.Int
+}) {}
+
+export class HeadScore extends Schema.Class<HeadScore>("HeadScore")({
+  name: Schema.String,
+  labels: Schema.Array(LabelScore)
+}) {}
+
+export const HeadRequest = Schema.Struct({ name: Schema.String, labels: Schema.Array(Schema.String) })
+
+export class EngineRpcs extends RpcGroup.make(
+  Rpc.make("Hello", { success: HelloInfo }),
+  Rpc.make("Plan", {
+    payload: { modelPath: Schema.String, contextSizes: Schema.Array(Schema.Int), sequences: Schema.Int },
+    success: ModelPlan,
+    error: EngineError
+  }),
+  Rpc.make("Load", {
+    payload: { role: Role, modelPath: Schema.String, contextSize: Schema.Int, sequences: Schema.Int },
+    success: LoadedModel,
+    error: EngineError
+  }),
+  Rpc.make("Unload", { payload: { role: Role }, error: EngineError }),
+  Rpc.make("Tokenize", {
+    payload: { role: Role, text: Schema.String, specialTokens: Schema.Boolean },
+    success: Tokens,
+    error: EngineError
+  }),
+  Rpc.make("Detokenize", { payload: { role: Role, tokens: Tokens }, success: Schema.String, error: EngineError }),
+  Rpc.make("Render", {
+    payload: { role: Role, messages: Schema.Array(ChatMessage) },
+    success: Tokens,
+    error: EngineError
+  }),
+  Rpc.make("Begin", {
+    payload: {
+      generationId: Schema.String,
+      sequence: Schema.Int,
+      prompt: Tokens,
+      sampling: Sampling,
+      maxTokens: Schema.Int,
+      stopTokens: Tokens,
+      prefillChunk: Schema.Int
+    },
+    success: Schema.Struct({ reusedTokens: Schema.Int }),
+    error: EngineError
+  }),
+  Rpc.make("Advance", {
+    payload: { generationId: Schema.String, fromIndex: Schema.Int },
+    success: AdvanceEvent,
+    error: EngineError,
+    stream: true
+  }),
+  Rpc.make("End", { payload: { generationId: Schema.String } }),
+  Rpc.make("Score", {
+    payload: { prompt: Tokens, heads: Schema.Array(HeadRequest) },
+    success: Schema.Array(HeadScore),
+    error: EngineError
+  }),
+  Rpc.make("Shutdown", {})
+) {}

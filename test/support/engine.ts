@@ -1,0 +1,24 @@
+/** Shared test wiring for real engine children on the generated models. */
+import * as Duration from "effect/Duration"
+import * as Layer from "effect/Layer"
+import { ensureModel } from "../../fixtures/models.js"
+import * as NativeWorker from "../../src/services/NativeWorker.js"
+
+export const testChild = { backend: "cpu", threads: 1, batchSize: 512 } as const
+
+/** A worker with tiny as the generation model and decision as the decision model, small contexts. */
+export const workerLayer = (overrides: Partial<NativeWorker.NativeWorkerConfigShape> = {}) =>
+  NativeWorker.layer.pipe(
+    Layer.provide(
+      NativeWorker.NativeWorkerConfig.layer({
+        child: testChild,
+        models: {
+          generation: { modelPath: ensureModel("tiny"), contextSize: 4096, sequences: 2 },
+          decision: { modelPath: ensureModel("decision"), contextSize: 1024 }
+        },
+        prefillChunk: 128,
+        stopTimeout: Duration.seconds(3),
+        ...overrides
+      })
+    )
+  )
