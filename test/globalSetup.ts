@@ -1,20 +1,41 @@
 /**
  * Once per test run: generate the named test models into the cache (workers then find them
- * verified), and after the run fail if any engine child outlived the suite.
+ * verified), mark this run in the environment that every engine child inherits, and after the run
+ * fail if any engine child of this run outlived the suite.
  */
-import * as ChildProcess from "node:child_process"
+import * as Crypto from "node:crypto"
+import * as Fs from "node:fs"
 import { ensureModel } from "../fixtures/models.js"
 
-const engineChildren = (): Array<string> => {
-  const out = ChildProcess.spawnSync("pgrep", ["-f", "src/native/child.ts"], { encoding: "utf8" })
-  return out.stdout.split("\n").filter((line) => line.trim() !== "" && Number(line) !== process.pid)
-}
+const marker = `NATIVEGEN_TEST_RUN=${Crypto.randomUUID()}`
+
+/** Live processes whose environment carries this run's marker. */
+const processesOfThisRun = (): Array<number> =>
+  Fs.readdirSync("/proc")
+    .filter((entry) => /^\d+$/.test(entry) && Number(entry) !== process.pid)
+    .filter((pid) => {
+      try {
+        return Fs.readFileSync(`/proc/${pid}/environ`, "utf8").split("\0").includes(marker)
+      } catch {
+        return false
+      }
+    })
+    .map(Number)
+    .filter((pid) => {
+      try {
+        return Fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("src/native/child.ts")
+      } catch {
+        return false
+      }
+    })
 
 export const setup = () => {
+  const [key, value] = marker.split("=") as [string, string]
+  process.env[key] = value
   for (const name of ["tiny", "decision", "small"] as const) ensureModel(name)
 }
 
 export const teardown = () => {
-  const left = engineChildren()
+  const left = processesOfThisRun()
   if (left.length > 0) throw new Error(`engine children outlived the test suite: pids ${left.join(", ")}`)
 }

@@ -8,7 +8,8 @@ export const testChild = { backend: "cpu", threads: 1, batchSize: 512 } as const
 
 /** A worker with tiny as the generation model and decision as the decision model, small contexts. */
 export const workerLayer = (overrides: Partial<NativeWorker.NativeWorkerConfigShape> = {}) =>
-  NativeWorker.layer.pipe(
+  // Fresh: it.layer shares a memo map per file, and each suite wants its own child.
+  Layer.fresh(NativeWorker.layer).pipe(
     Layer.provide(
       NativeWorker.NativeWorkerConfig.layer({
         child: testChild,
