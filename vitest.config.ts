@@ -9,6 +9,8 @@ export default defineConfig({
     // Engine tests spawn real llama.cpp children; two cores cannot host many at once.
     maxWorkers: 2,
     minWorkers: 1,
-    globalSetup: ["test/globalSetup.ts"]
+    globalSetup: ["test/globalSetup.ts"],
+    // The summary for people, and counts for .ci/run.
+    reporters: ["default", ["json", { outputFile: ".cache/test-report.json" }]]
   }
 })

@@ -43,6 +43,7 @@ import {
   LoadedModel,
   MemoryEstimate,
   ModelPlan,
+  DECODE_RUN_AHEAD,
   PROTOCOL_VERSION,
   type Role,
   type Sampling,
@@ -394,6 +395,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     return Effect.map(
       step("decode", async () => {
         g.iterator ??= g.sequence.evaluate([g.prompt[last]!], {
+          yieldEogToken: true,
           temperature: g.sampling.temperature,
           ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
           ...(g.sampling.topP !== undefined ? { topP: g.sampling.topP } : {}),
@@ -434,8 +436,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         const replay = g.tokens.slice(fromIndex).map(
           (token, i): AdvanceEvent => ({ _tag: "Token", index: fromIndex + i, token, text: g.texts[fromIndex + i]! })
         )
+        const prefill = Stream.repeatEffectOption(
+          Effect.suspend(() =>
+            g.prefilled < g.prompt.length - 1 ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())
+          )
+        )
         let finishedSent = false
-        const steps = Stream.repeatEffectOption(
+        const decode = Stream.repeatEffectOption(
           Effect.suspend((): Effect.Effect<AdvanceEvent, Option.Option<EngineError>> => {
             if (finishedSent) return Effect.fail(Option.none())
             if (g.finished !== undefined) {
@@ -447,7 +454,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
             })
           })
         )
-        return Stream.concat(Stream.fromIterable(replay), steps)
+        // Prefill chunks go one at a time (each is long; a cancel lands at the next chunk). Decode
+        // runs up to DECODE_RUN_AHEAD steps ahead of the host's acknowledgements, so the socket
+        // round trip overlaps the next step instead of adding to it.
+        return Stream.fromIterable(replay).pipe(
+          Stream.concat(prefill),
+          Stream.concat(Stream.buffer(decode, { capacity: DECODE_RUN_AHEAD }))
+        )
       })
     )
 

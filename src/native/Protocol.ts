@@ -17,6 +17,13 @@ import { EngineError } from "../domain/EngineError.js"
 
 export const PROTOCOL_VERSION = 1
 
+/**
+ * Decode steps the child may run ahead of the host's acknowledgements. A pause or cancel lands
+ * at most this many steps (plus the one in flight) after the host's last received token; the
+ * tokens produced meanwhile are kept and replayed on resume, never lost.
+ */
+export const DECODE_RUN_AHEAD = 4
+
 export const Role = Schema.Literal("generation", "decision")
 export type Role = typeof Role.Type
 

@@ -53,4 +53,12 @@ const main = Effect.gen(function*() {
   yield* Deferred.await(shutdown)
 })
 
-NodeRuntime.runMain(Effect.scoped(main), { disableErrorReporting: false })
+NodeRuntime.runMain(Effect.scoped(main), {
+  // Exit as soon as the engine is disposed: the open channel would otherwise keep the process alive.
+  teardown: (exit, onExit) => {
+    channel.destroy()
+    const code = exit._tag === "Success" ? 0 : 1
+    onExit(code)
+    process.exit(code)
+  }
+})

@@ -1,0 +1,31 @@
+/**
+ * The baseline: a plain in-process node-llama-cpp decode loop, run in its own process with the
+ * same settings as an engine child. Prints one JSON line: tokens and milliseconds per round.
+ */
+import { getLlama, type Token } from "node-llama-cpp"
+
+const [modelPath, promptJson, tokensArg, threadsArg, roundsArg] = process.argv.slice(2)
+const prompt = JSON.parse(promptJson!) as Array<Token>
+const tokens = Number(tokensArg)
+const threads = Number(threadsArg)
+const llama = await getLlama({ build: "never", gpu: false, maxThreads: threads })
+const model = await llama.loadModel({ modelPath: modelPath! })
+const context = await model.createContext({ contextSize: 2048, threads, batchSize: 512 })
+const sequence = context.getSequence()
+const rounds: Array<{ tokens: number; ms: number; firstTokenMs: number }> = []
+for (let r = 0; r < Number(roundsArg); r++) {
+  await sequence.clearHistory()
+  const start = performance.now()
+  let first = 0
+  let n = 0
+  for await (const _ of sequence.evaluate(prompt, { temperature: 0 })) {
+    if (n === 0) first = performance.now()
+    if (++n >= tokens) break
+  }
+  const end = performance.now()
+  rounds.push({ tokens: n - 1, ms: end - first, firstTokenMs: first - start })
+}
+console.log(JSON.stringify(rounds))
+await context.dispose()
+await model.dispose()
+await llama.dispose()
