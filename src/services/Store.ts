@@ -347,7 +347,7 @@ export const make: Effect.Effect<
     else yield* Effect.logWarning("store: no seed key").pipe(Effect.annotateLogs({ service: "Store", reason: seedKey.left.message }))
   }
 
-  const journal = Journal.make(root)
+  const journal = yield* Journal.make(root)
   const blobs = Blobs.make(root, lock)
   const leases = Leases.make(root)
   const manifests = Manifests.make(root, config.maxManifestBytes)

@@ -108,6 +108,7 @@ const LogLevel = await import("effect/LogLevel")
 const Crypto = await import("node:crypto")
 const Store = await import("../../src/services/Store.js")
 const Lock = await import("../../src/services/store/Lock.js")
+const Journal = await import("../../src/services/store/Journal.js")
 const Signing = await import("../../src/services/store/Signing.js")
 const { Artifact, Manifest } = await import("../../src/domain/Manifest.js")
 const { Digest } = await import("../../src/domain/Digest.js")
@@ -143,8 +144,28 @@ const programs: Record<string, () => import("effect/Effect").Effect<unknown, unk
       seed: { dir: str("seedDir"), materialize: Seed.generate },
       trustSeedKey: true
     }),
+  /** Append `count` journal entries (revisions of parity `parity`) under the store lock. */
+  "journal-append": () =>
+    Effect.scoped(Effect.gen(function*() {
+      const root = str("root")
+      const lock = yield* Lock.make(root)
+      const journal = yield* Journal.make(root)
+      const manifest = Digest.make(str("digest"))
+      for (let i = 0; i < num("count"); i++) {
+        yield* lock.withLock(Effect.zipRight(
+          journal.read,
+          journal.append({
+            model: ["a", "b", "c"][i % 3]!,
+            role: "generation",
+            device: ["cpu", "cuda:0"][(i >> 1) % 2]!,
+            manifest,
+            revision: 2 * i + num("parity") + 1
+          })
+        ))
+      }
+    })),
   /** Activate `count` manifests (revisions of parity `parity`) with rollback allowed. */
-  "append": () =>
+  "activate": () =>
     withStore((store) =>
       Effect.gen(function*() {
         const key = Crypto.createPrivateKey(str("privatePem"))

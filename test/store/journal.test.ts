@@ -33,7 +33,8 @@ const linesOf = (entries: ReadonlyArray<Journal.Entry>) => Buffer.concat(entries
 const readJournal = (root: string) =>
   Effect.gen(function*() {
     const lock = yield* Lock.make(root)
-    return yield* lock.withLock(Journal.make(root).read)
+    const journal = yield* Journal.make(root)
+    return yield* lock.withLock(journal.read)
   }).pipe(Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Error))
 
 describe("journal", () => {
@@ -53,7 +54,7 @@ describe("journal", () => {
       const asideDir = Path.join(root, Journal.recoveredDir)
       for (let cut = 0; cut <= full.length; cut++) {
         Fs.writeFileSync(journalPath, full.subarray(0, cut))
-        const state = yield* lock.withLock(Journal.make(root).read).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+        const state = yield* lock.withLock(Effect.flatMap(Journal.make(root), (j) => j.read)).pipe(Effect.scoped).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
         const complete = ends.filter((end) => end <= cut).length
         assert.deepStrictEqual(state.entries.map((e) => e.entry), entries.slice(0, complete), `cut at ${cut}`)
         const kept = ends.filter((end) => end <= cut).at(-1) ?? 0
@@ -69,8 +70,8 @@ describe("journal", () => {
       }
       // After a recovery, reading again is stable.
       Fs.writeFileSync(journalPath, full.subarray(0, full.length - 5))
-      yield* lock.withLock(Journal.make(root).read).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
-      assert.strictEqual((yield* lock.withLock(Journal.make(root).read)).entries.length, 2)
+      yield* lock.withLock(Effect.flatMap(Journal.make(root), (j) => j.read)).pipe(Effect.scoped).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+      assert.strictEqual((yield* lock.withLock(Effect.flatMap(Journal.make(root), (j) => j.read)).pipe(Effect.scoped)).entries.length, 2)
     }))
 
   it.prop(
@@ -145,8 +146,8 @@ describe("journal", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir
       const lock = yield* Lock.make(dir)
-      const writer = Journal.make(dir)
-      const reader = Journal.make(dir)
+      const writer = yield* Journal.make(dir)
+      const reader = yield* Journal.make(dir)
       const { at: _a, v: _v, ...fields } = entry(1)
       yield* lock.withLock(Effect.zipRight(writer.read, writer.append(fields)))
       assert.strictEqual((yield* lock.withLock(reader.read)).entries.length, 1)

@@ -13,10 +13,11 @@ import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import * as Path from "node:path"
 import { Digest } from "../../domain/Digest.js"
 import { canonicalJson, ModelName, Role } from "../../domain/Manifest.js"
-import { JournalCorrupt, type StoreIoError, type UnsafePath } from "../StoreError.js"
+import { JournalCorrupt, type StoreIoError, UnsafePath } from "../StoreError.js"
 import * as Fs from "./Fs.js"
 import * as SafePath from "./SafePath.js"
 
@@ -132,97 +133,124 @@ const addEntries = (cache: Cache, entries: ReadonlyArray<Indexed>) => {
   }
 }
 
-/** The journal under `root` (a real, checked directory). */
-export const make = (root: string): Journal => {
-  const path = Path.join(root, fileName)
-  let cache = emptyCache()
+/** An open journal descriptor and the identity it was verified with. */
+interface Handle {
+  readonly fd: number
+  readonly dev: bigint
+  readonly ino: bigint
+}
 
-  const recover = (tailStart: number, tail: Uint8Array) =>
-    Effect.gen(function*() {
-      const now = yield* Clock.currentTimeMillis
-      const aside = yield* Effect.scoped(Effect.gen(function*() {
-        const file = yield* SafePath.createExclusive(root, [recoveredDir], `journal.${tailStart}.${now}.${process.pid}.tail`)
-        yield* Fs.writeAll(file.fd, file.path, tail)
-        yield* Fs.fsync(file.fd, file.path)
-        return file.path
-      }))
-      yield* Fs.fsyncDir(Path.dirname(aside))
-      yield* Effect.scoped(Effect.gen(function*() {
-        const before = yield* SafePath.lstatIn(root, [], fileName)
-        const fd = yield* Effect.acquireRelease(Fs.open(path, Fs.O_WRONLY | Fs.O_NOFOLLOW | Fs.O_NONBLOCK), Fs.closeQuietly)
-        yield* SafePath.verifyDescriptor(fd, path, Option.getOrUndefined(Option.map(before, (b) => b.stat)))
+/**
+ * The journal under `root` (a real, checked directory). One descriptor is kept open for the
+ * scope's lifetime and reused while the path still names the same file (checked by lstat on
+ * every call, under the lock); a replaced file is reopened and verified again.
+ */
+export const make = (root: string): Effect.Effect<Journal, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const path = Path.join(root, fileName)
+    let cache = emptyCache()
+    let handle: Handle | undefined
+    yield* Effect.addFinalizer(() => handle === undefined ? Effect.void : Fs.closeQuietly(handle.fd))
+
+    /** The open journal, or `None` when absent (and `create` is false). Second value: created now. */
+    const ensureOpen = (create: boolean) =>
+      Effect.gen(function*() {
+        const found = yield* SafePath.lstatIn(root, [], fileName)
+        if (Option.isSome(found)) {
+          const st = found.value.stat
+          if (!st.isFile()) return yield* Effect.fail(new UnsafePath({ path, found: Fs.kindOf(st) }))
+          if (handle !== undefined && handle.dev === st.dev && handle.ino === st.ino) {
+            return Option.some({ handle, created: false })
+          }
+        } else if (!create) {
+          return Option.none()
+        }
+        if (handle !== undefined) {
+          yield* Fs.closeQuietly(handle.fd)
+          handle = undefined
+        }
+        const flags = Fs.O_RDWR | Fs.O_APPEND | Fs.O_NOFOLLOW | Fs.O_NONBLOCK | (Option.isNone(found) ? Fs.O_CREAT | Fs.O_EXCL : 0)
+        const fd = yield* Fs.open(path, flags, 0o600).pipe(
+          Fs.catchCodes(["ELOOP"], () => Effect.fail(new UnsafePath({ path, found: "symlink" })))
+        )
+        const st = yield* SafePath.verifyDescriptor(fd, path, Option.isSome(found) ? found.value.stat : undefined).pipe(
+          Effect.onError(() => Fs.closeQuietly(fd))
+        )
+        handle = { fd, dev: st.dev, ino: st.ino }
+        return Option.some({ handle, created: Option.isNone(found) })
+      })
+
+    const recover = (fd: number, tailStart: number, tail: Uint8Array) =>
+      Effect.gen(function*() {
+        const now = yield* Clock.currentTimeMillis
+        const aside = yield* Effect.scoped(Effect.gen(function*() {
+          const file = yield* SafePath.createExclusive(root, [recoveredDir], `journal.${tailStart}.${now}.${process.pid}.tail`)
+          yield* Fs.writeAll(file.fd, file.path, tail, 0)
+          yield* Fs.fsync(file.fd, file.path)
+          return file.path
+        }))
+        yield* Fs.fsyncDir(Path.dirname(aside))
         yield* Fs.ftruncate(fd, path, tailStart)
         yield* Fs.fsync(fd, path)
-      }))
-      yield* Effect.logWarning("journal: torn tail recovered").pipe(
-        Effect.annotateLogs({ service: "Store", journal: path, offset: tailStart, bytes: tail.length, keptAt: aside })
-      )
-    })
-
-  const read = Effect.scoped(Effect.gen(function*() {
-    const opened = yield* SafePath.openRead(root, [], fileName).pipe(
-      Effect.map(Option.some),
-      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<SafePath.OpenFile>()))
-    )
-    if (Option.isNone(opened)) {
-      cache = emptyCache()
-      return stateOf(cache)
-    }
-    const file = opened.value
-    const size = Number(file.stat.size)
-    if (file.stat.dev !== cache.dev || file.stat.ino !== cache.ino || size < cache.offset) {
-      cache = { ...emptyCache(), dev: file.stat.dev, ino: file.stat.ino }
-    }
-    const start = cache.offset
-    if (size === start) return stateOf(cache)
-    const bytes = Buffer.allocUnsafe(size - start)
-    let got = 0
-    while (got < bytes.length) {
-      const n = yield* Fs.read(file.fd, file.path, bytes, got, bytes.length - got, start + got)
-      if (n === 0) break
-      got += n
-    }
-    const chunk = bytes.subarray(0, got)
-    const firstLine = cache.entries.length + 1
-    const parsed = parse(chunk, path, firstLine)
-    if (Either.isLeft(parsed)) {
-      cache = emptyCache()
-      return yield* Effect.fail(parsed.left)
-    }
-    addEntries(cache, parsed.right.entries)
-    cache.offset = start + parsed.right.tail
-    if (parsed.right.tail < chunk.length) {
-      yield* recover(cache.offset, chunk.subarray(parsed.right.tail))
-    }
-    return stateOf(cache)
-  })).pipe(Fs.orStoreError)
-
-  const append = (fields: Omit<Entry, "v" | "at">) =>
-    Effect.gen(function*() {
-      const at = new Date(yield* Clock.currentTimeMillis).toISOString()
-      const entry: Entry = { v: 1, ...fields, at }
-      const line = encodeLine(entry)
-      const existed = Option.isSome(yield* SafePath.lstatIn(root, [], fileName))
-      yield* Effect.scoped(Effect.gen(function*() {
-        const fd = yield* Effect.acquireRelease(
-          Fs.open(path, Fs.O_WRONLY | Fs.O_APPEND | Fs.O_CREAT | Fs.O_NOFOLLOW | Fs.O_NONBLOCK, 0o600),
-          Fs.closeQuietly
+        yield* Effect.logWarning("journal: torn tail recovered").pipe(
+          Effect.annotateLogs({ service: "Store", journal: path, offset: tailStart, bytes: tail.length, keptAt: aside })
         )
-        const st = yield* SafePath.verifyDescriptor(fd, path, undefined)
-        if (Number(st.size) !== cache.offset || st.ino !== cache.ino && existed) {
+      })
+
+    const read = Effect.gen(function*() {
+      const opened = yield* ensureOpen(false)
+      if (Option.isNone(opened)) {
+        cache = emptyCache()
+        return stateOf(cache)
+      }
+      const { fd, dev, ino } = opened.value.handle
+      const size = Number((yield* Fs.fstat(fd, path)).size)
+      if (dev !== cache.dev || ino !== cache.ino || size < cache.offset) {
+        cache = { ...emptyCache(), dev, ino }
+      }
+      const start = cache.offset
+      if (size === start) return stateOf(cache)
+      const bytes = Buffer.allocUnsafe(size - start)
+      let got = 0
+      while (got < bytes.length) {
+        const n = yield* Fs.read(fd, path, bytes, got, bytes.length - got, start + got)
+        if (n === 0) break
+        got += n
+      }
+      const chunk = bytes.subarray(0, got)
+      const parsed = parse(chunk, path, cache.entries.length + 1)
+      if (Either.isLeft(parsed)) {
+        cache = emptyCache()
+        return yield* Effect.fail(parsed.left)
+      }
+      addEntries(cache, parsed.right.entries)
+      cache.offset = start + parsed.right.tail
+      if (parsed.right.tail < chunk.length) {
+        yield* recover(fd, cache.offset, chunk.subarray(parsed.right.tail))
+      }
+      return stateOf(cache)
+    }).pipe(Fs.orStoreError)
+
+    const append = (fields: Omit<Entry, "v" | "at">) =>
+      Effect.gen(function*() {
+        const at = new Date(yield* Clock.currentTimeMillis).toISOString()
+        const entry: Entry = { v: 1, ...fields, at }
+        const line = encodeLine(entry)
+        const opened = yield* ensureOpen(true)
+        if (Option.isNone(opened)) return yield* Effect.die(new Error("unreachable: journal not created"))
+        const { created, handle: { dev, fd, ino } } = opened.value
+        if (created) cache = { ...emptyCache(), dev, ino }
+        const size = Number((yield* Fs.fstat(fd, path)).size)
+        if (size !== cache.offset || dev !== cache.dev || ino !== cache.ino) {
           return yield* Effect.die(new Error("store bug: journal append without a fresh read under the lock"))
         }
         yield* Fs.writeAll(fd, path, line)
         yield* Fs.fsync(fd, path)
-        if (!existed) {
-          cache = { ...emptyCache(), dev: st.dev, ino: st.ino }
-        }
-      }))
-      if (!existed) yield* Fs.fsyncDir(root)
-      addEntries(cache, [{ entry, line: cache.entries.length + 1 }])
-      cache.offset += line.length
-      return stateOf(cache)
-    }).pipe(Fs.orStoreError)
+        if (created) yield* Fs.fsyncDir(root)
+        addEntries(cache, [{ entry, line: cache.entries.length + 1 }])
+        cache.offset += line.length
+        return stateOf(cache)
+      }).pipe(Fs.orStoreError)
 
-  return { path, read, append }
-}
+    return { path, read, append }
+  })

@@ -2,14 +2,17 @@
  * The store's exclusive cross-process lock: an open-file-description lock (Linux F_OFD_SETLK,
  * flock on macOS) from `fs-native-extensions` on `<root>/store.lock`. The kernel drops it when the
  * holder dies, so a crashed process never leaves the store locked. Fibers of one process are
- * serialized by a semaphore first; between processes the non-blocking `tryLock` is polled with a
- * capped backoff on the live clock, which keeps the wait interruptible and never parks a libuv
- * thread-pool thread in a blocking fcntl.
+ * serialized by a semaphore and share one descriptor; `tryLock` and `unlock` are synchronous.
+ * When another process holds the lock, `waitForLock` blocks a dedicated thread (not the libuv
+ * pool) and wakes as soon as the holder releases. An interrupted wait is abandoned: its
+ * descriptor is retired (closed when the wait is granted, which releases the lock) and the next
+ * acquisition opens a fresh one (OFD locks belong to the open file description, so two
+ * descriptors exclude each other even within one process).
  */
-import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Schedule from "effect/Schedule"
+import * as Exit from "effect/Exit"
 import type * as Scope from "effect/Scope"
+import * as NodeFs from "node:fs"
 import { createRequire } from "node:module"
 import * as Path from "node:path"
 import { UnsafePath } from "../StoreError.js"
@@ -17,7 +20,8 @@ import * as Fs from "./Fs.js"
 import * as SafePath from "./SafePath.js"
 
 interface NativeLocks {
-  readonly tryLock: (fd: number, options?: { readonly shared?: boolean }) => boolean
+  readonly tryLock: (fd: number) => boolean
+  readonly waitForLock: (fd: number) => Promise<void>
   readonly unlock: (fd: number) => void
 }
 
@@ -26,42 +30,66 @@ const native: NativeLocks = createRequire(import.meta.url)("fs-native-extensions
 /** An exclusive lock; `withLock` runs an effect while holding it. */
 export interface FileLock {
   readonly path: string
-  readonly withLock: <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E | Fs.FsError, R>
+  readonly withLock: <A, E, R>(self: Effect.Effect<A, E, R>) => Effect.Effect<A, E | Fs.FsError | UnsafePath, R>
 }
 
-class LockBusy {
-  readonly _tag = "LockBusy"
-}
-
-const liveClock = Clock.make()
-
-const retry = Schedule.exponential("1 millis", 2).pipe(Schedule.union(Schedule.spaced("20 millis")))
-
-/** Opens (creating) the lock file under `root` for the scope's lifetime. */
+/** Opens the lock file under `root` (creating it) for the scope's lifetime. */
 export const make = (root: string, name = "store.lock"): Effect.Effect<FileLock, Fs.FsError | UnsafePath, Scope.Scope> =>
   Effect.gen(function*() {
     const path = Path.join(root, name)
-    const fd = yield* Effect.acquireRelease(
-      Fs.open(path, Fs.O_RDWR | Fs.O_CREAT | Fs.O_NOFOLLOW | Fs.O_NONBLOCK, 0o600).pipe(
-        Fs.catchCodes(["ELOOP"], () => Effect.fail(new UnsafePath({ path, found: "symlink" })))
-      ),
-      Fs.closeQuietly
+    const openChecked = Fs.open(path, Fs.O_RDWR | Fs.O_CREAT | Fs.O_NOFOLLOW | Fs.O_NONBLOCK, 0o600).pipe(
+      Fs.catchCodes(["ELOOP"], () => Effect.fail(new UnsafePath({ path, found: "symlink" }))),
+      Effect.flatMap((fd) =>
+        SafePath.verifyDescriptor(fd, path, undefined).pipe(Effect.onError(() => Fs.closeQuietly(fd)), Effect.as(fd))
+      )
     )
-    yield* SafePath.verifyDescriptor(fd, path, undefined)
+    let current: number | undefined = yield* openChecked
+    yield* Effect.addFinalizer(() => current === undefined ? Effect.void : Fs.closeQuietly(current))
     const semaphore = yield* Effect.makeSemaphore(1)
-    const tryLock = Effect.try({
-      try: () => native.tryLock(fd),
-      catch: (cause) => new Fs.FsError({ op: "lock", path, code: "UNKNOWN", cause })
-    }).pipe(
-      Effect.flatMap((granted) => granted ? Effect.void : Effect.fail(new LockBusy()))
-    )
-    const acquire = tryLock.pipe(
-      Effect.retry({ schedule: retry, while: (e) => e instanceof LockBusy }),
-      Effect.withClock(liveClock),
-      Effect.catchIf((e): e is LockBusy => e instanceof LockBusy, () => Effect.die(new Error("unreachable: lock retry ended")))
-    )
-    const release = Effect.sync(() => native.unlock(fd))
-    const withLock = <A, E, R>(self: Effect.Effect<A, E, R>) =>
-      semaphore.withPermits(1)(Effect.acquireUseRelease(acquire, () => self, () => release))
+
+    const lockOn = (fd: number, waiting: { abandoned: boolean }) =>
+      Effect.suspend((): Effect.Effect<void, Fs.FsError> => {
+        let granted: boolean
+        try {
+          granted = native.tryLock(fd)
+        } catch (cause) {
+          return Effect.fail(new Fs.FsError({ op: "lock", path, code: "UNKNOWN", cause }))
+        }
+        if (granted) return Effect.void
+        return Effect.async<void, Fs.FsError>((resume) => {
+          native.waitForLock(fd).then(
+            () => waiting.abandoned ? NodeFs.close(fd, () => {}) : resume(Effect.void),
+            (cause: unknown) =>
+              waiting.abandoned
+                ? NodeFs.close(fd, () => {})
+                : resume(Effect.fail(new Fs.FsError({ op: "lock", path, code: "UNKNOWN", cause })))
+          )
+          return Effect.sync(() => {
+            waiting.abandoned = true
+          })
+        })
+      })
+
+    const acquire = Effect.gen(function*() {
+      const fd = current ?? (yield* openChecked)
+      current = fd
+      const waiting = { abandoned: false }
+      yield* Effect.interruptible(lockOn(fd, waiting)).pipe(
+        Effect.onExit((exit) =>
+          Effect.sync(() => {
+            if (Exit.isFailure(exit) && waiting.abandoned) current = undefined
+          })
+        )
+      )
+      return fd
+    })
+
+    const withLock = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E | Fs.FsError | UnsafePath, R> =>
+      semaphore.withPermits(1)(Effect.acquireUseRelease(
+        acquire,
+        () => self,
+        (fd) => Effect.sync(() => native.unlock(fd))
+      ))
+
     return { path, withLock }
   })
