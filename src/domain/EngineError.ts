@@ -70,3 +70,13 @@ export class EngineUnavailable extends Schema.TaggedError<EngineUnavailable>()("
     return `engine unavailable: ${this.reason}`
   }
 }
+
+/** A generation was streaming when its engine child failed; it is not retried (nothing is served twice). */
+export class GenerationFailed extends Schema.TaggedError<GenerationFailed>()("GenerationFailed", {
+  deliveredTokens: Schema.Int,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `generation failed after ${this.deliveredTokens} delivered tokens: ${this.reason}`
+  }
+}

@@ -46,8 +46,10 @@ export interface EngineChild {
   readonly exited: Effect.Effect<ChildExit>
   /** Has the process exited yet? */
   readonly hasExited: Effect.Effect<boolean>
-  /** SIGKILL to the whole process group, for a child that is known to be broken. */
+  /** SIGKILL to the whole process group, at once. */
   readonly kill: Effect.Effect<void>
+  /** Marks the child broken: stopping it then skips the graceful request and starts at SIGTERM. */
+  readonly markBroken: Effect.Effect<void>
 }
 
 export interface SpawnOptions {
@@ -116,10 +118,11 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
       )
     )
     const client = yield* RpcClient.make(EngineRpcs).pipe(Effect.provideService(RpcClient.Protocol, protocol))
+    let broken = false
     // Runs before the process finalizer: a graceful request first, while the client is alive.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
-        if (yield* Deferred.isDone(exit)) return
+        if (broken || (yield* Deferred.isDone(exit))) return
         yield* client.Shutdown().pipe(Effect.ignore, Effect.timeoutOption(stopTimeout))
         yield* Deferred.await(exit).pipe(Effect.timeoutOption(stopTimeout))
       })
@@ -129,6 +132,9 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
       client,
       exited: Deferred.await(exit),
       hasExited: Deferred.isDone(exit),
-      kill: Effect.sync(() => signalGroup(pid, "SIGKILL"))
+      kill: Effect.sync(() => signalGroup(pid, "SIGKILL")),
+      markBroken: Effect.sync(() => {
+        broken = true
+      })
     }
   })

@@ -1,12 +1,13 @@
 /**
  * The engine adapter: everything the child does with node-llama-cpp. Runs only inside an engine
  * child process (the host never imports this module). Each native operation runs as one atomic
- * step under the engine lock, so work submitted between two steps of a generation (a decision
- * score, a tokenize) runs at the next step boundary, and an interrupted step always completes
+ * step through the step gate, in lane order (decision first), so a decision submitted between two
+ * steps of a generation runs at the next step boundary, and an interrupted step always completes
  * before the interruption takes effect: the native engine is never left mid-call.
  */
 import { Template } from "@huggingface/jinja"
 import * as Effect from "effect/Effect"
+import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
@@ -40,6 +41,8 @@ import {
   HeadScore,
   HelloInfo,
   LabelScore,
+  type Lane,
+  type LoadEvent,
   LoadedModel,
   MemoryEstimate,
   ModelPlan,
@@ -50,12 +53,21 @@ import {
   SpecialTokens,
   type StopReason
 } from "./Protocol.js"
+import type { Failpoints } from "./Failpoints.js"
+import * as StepGate from "./StepGate.js"
 
 export interface EngineOptions {
   readonly backend: Backend
   readonly threads: number
   /** Largest batch evaluated in one native call; prefill chunks never exceed it. */
   readonly batchSize: number
+}
+
+/** How failpoints reach outside the engine (the protocol channel); tests only. */
+export interface FaultHooks {
+  readonly failpoints: Failpoints | undefined
+  readonly writeRaw: (bytes: Uint8Array) => void
+  readonly exit: () => void
 }
 
 interface Resident {
@@ -77,6 +89,7 @@ interface Generation {
   readonly maxTokens: number
   readonly stopTokens: ReadonlySet<number>
   readonly prefillChunk: number
+  readonly lane: Lane
   /** Prompt tokens (all but the last) in the sequence's KV cache. */
   prefilled: number
   iterator: AsyncGenerator<Token, void, void | Token | Token[]> | undefined
@@ -109,7 +122,7 @@ const invalid = (field: string, value: unknown, reason: string) =>
 const checkPositiveInt = (field: string, value: number) =>
   Number.isInteger(value) && value > 0 ? Effect.void : Effect.fail(invalid(field, value, "must be a positive integer"))
 
-export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOptions) {
+export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOptions, faults?: FaultHooks) {
   const llama: Llama = yield* Effect.tryPromise({
     try: () =>
       getLlama({
@@ -121,17 +134,36 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       }),
     catch: (cause) => new EngineFailure({ operation: "getLlama", reason: reasonOf(cause) })
   })
-  const lock = yield* Effect.makeSemaphore(1)
+  const gate = yield* StepGate.make
+  const failpoints = faults?.failpoints
+  let decodedTokens = 0
   const residents = new Map<Role, Resident>()
   const generations = new Map<string, Generation>()
 
-  /** Runs one native step atomically: the lock serializes steps; interruption waits for the step. */
-  const step = <A>(operation: string, run: () => Promise<A>) =>
-    lock.withPermits(1)(
+  /** Runs one native step atomically, in lane order at the gate; interruption waits for the step. */
+  const step = <A>(operation: string, run: () => Promise<A>, lane: Lane = "foreground") =>
+    gate.run(
+      lane,
       Effect.uninterruptible(
         Effect.tryPromise({ try: run, catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
       )
     )
+
+  /** Failpoints checked after each decoded token (tests only; nothing happens when unset). */
+  const afterDecodedToken = () => {
+    decodedTokens++
+    if (failpoints === undefined || faults === undefined) return
+    if (decodedTokens === failpoints.crashAfterTokens) process.kill(process.pid, "SIGKILL")
+    if (decodedTokens === failpoints.garbageAfterTokens) faults.writeRaw(Buffer.from("\xc1\xc1 not msgpack \xc1", "latin1"))
+    if (decodedTokens === failpoints.oversizedFrameAfterTokens) {
+      // A msgpack str32 header announcing 1 GiB, then a trickle: the host must refuse, not buffer.
+      faults.writeRaw(Buffer.concat([Buffer.from([0xdb, 0x40, 0x00, 0x00, 0x00]), Buffer.alloc(64 * 1024 * 1024, 0x61)]))
+    }
+    if (decodedTokens === failpoints.partialFrameAfterTokens) {
+      faults.writeRaw(Buffer.from([0xdb, 0x00, 0x00, 0x10, 0x00, 0x61, 0x61]))
+      faults.exit()
+    }
+  }
 
   const resident = (role: Role) =>
     Effect.suspend(() => {
@@ -218,65 +250,74 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       })
     })
 
-  const load = (role: Role, modelPath: string, contextSize: number, sequences: number) =>
-    Effect.gen(function*() {
-      yield* checkPositiveInt("contextSize", contextSize)
-      yield* checkPositiveInt("sequences", sequences)
-      const insights = yield* readInsights(modelPath)
-      yield* unloadRole(role)
-      const loaded = yield* lock.withPermits(1)(
-        Effect.uninterruptible(
-          Effect.tryPromise({
-            try: async () => {
-              const model = await llama.loadModel({ modelPath, gpuLayers: gpuLayers() === 0 ? 0 : "max" })
-              try {
-                const context = await model.createContext({
-                  contextSize,
-                  sequences,
-                  threads: options.threads,
-                  batchSize: Math.min(options.batchSize, contextSize)
-                })
-                return { model, context }
-              } catch (cause) {
-                await model.dispose()
-                throw cause
-              }
-            },
-            catch: (cause) => new ModelLoadFailed({ modelPath, reason: reasonOf(cause) })
+  /** Loads a role's model and context, streaming load progress, then the loaded model with its measured memory. */
+  const load = (role: Role, modelPath: string, contextSize: number, sequences: number): Stream.Stream<LoadEvent, EngineError> =>
+    Stream.unwrapScoped(
+      Effect.gen(function*() {
+        yield* checkPositiveInt("contextSize", contextSize)
+        yield* checkPositiveInt("sequences", sequences)
+        if (failpoints?.crashDuringLoad === true) process.kill(process.pid, "SIGKILL")
+        const insights = yield* readInsights(modelPath)
+        yield* unloadRole(role)
+        const progress = yield* Mailbox.make<LoadEvent, EngineError>()
+        const loading = step("load", async () => {
+          const model = await llama.loadModel({
+            modelPath,
+            gpuLayers: gpuLayers() === 0 ? 0 : "max",
+            onLoadProgress: (fraction) => progress.unsafeOffer({ _tag: "LoadProgress", fraction })
           })
+          try {
+            const context = await model.createContext({
+              contextSize,
+              sequences,
+              threads: options.threads,
+              batchSize: Math.min(options.batchSize, contextSize)
+            })
+            return { model, context }
+          } catch (cause) {
+            await model.dispose()
+            throw cause
+          }
+        }).pipe(
+          Effect.mapError((e) => new ModelLoadFailed({ modelPath, reason: e.reason })),
+          Effect.map(({ context, model }) => {
+            const chatTemplate = insights.ggufFileInfo.metadata.tokenizer?.chat_template
+            residents.set(role, {
+              model,
+              context,
+              sequences: Array.from({ length: sequences }, () => context.getSequence()),
+              modelPath,
+              template: typeof chatTemplate === "string" ? new Template(chatTemplate) : undefined,
+              vocabularySize: insights.ggufFileInfo.metadata.tokenizer?.ggml?.tokens?.length ?? 0
+            })
+            return new LoadedModel({
+              role,
+              modelPath,
+              contextSize: context.contextSize,
+              sequences,
+              trainedContextSize: model.trainContextSize,
+              measured: {
+                modelBytes: model.memoryUsage.ram + model.memoryUsage.vram,
+                contextBytes: context.memoryUsage.ram + context.memoryUsage.vram
+              },
+              specialTokens: new SpecialTokens({
+                bos: model.tokens.bos,
+                eos: model.tokens.eos,
+                thinkOpen: specialToken(model, "<think>"),
+                thinkClose: specialToken(model, "</think>"),
+                toolOpen: specialToken(model, "<tool_call>"),
+                toolClose: specialToken(model, "</tool_call>")
+              })
+            })
+          }),
+          Effect.flatMap((model) => progress.offer({ _tag: "Loaded", model })),
+          Effect.zipRight(progress.end),
+          Effect.catchAll((e) => progress.fail(e))
         )
-      )
-      const { model, context } = loaded
-      const sequenceList = Array.from({ length: sequences }, () => context.getSequence())
-      const chatTemplate = insights.ggufFileInfo.metadata.tokenizer?.chat_template
-      residents.set(role, {
-        model,
-        context,
-        sequences: sequenceList,
-        modelPath,
-        template: typeof chatTemplate === "string" ? new Template(chatTemplate) : undefined,
-        vocabularySize: insights.ggufFileInfo.metadata.tokenizer?.ggml?.tokens?.length ?? 0
+        yield* Effect.forkScoped(loading)
+        return Mailbox.toStream(progress)
       })
-      return new LoadedModel({
-        role,
-        modelPath,
-        contextSize: context.contextSize,
-        sequences,
-        trainedContextSize: model.trainContextSize,
-        measured: {
-          modelBytes: model.memoryUsage.ram + model.memoryUsage.vram,
-          contextBytes: context.memoryUsage.ram + context.memoryUsage.vram
-        },
-        specialTokens: new SpecialTokens({
-          bos: model.tokens.bos,
-          eos: model.tokens.eos,
-          thinkOpen: specialToken(model, "<think>"),
-          thinkClose: specialToken(model, "</think>"),
-          toolOpen: specialToken(model, "<tool_call>"),
-          toolClose: specialToken(model, "</tool_call>")
-        })
-      })
-    })
+    )
 
   const tokenize = (role: Role, text: string, specialTokens: boolean) =>
     Effect.map(resident(role), (r) => r.model.tokenize(text, specialTokens) as ReadonlyArray<number>)
@@ -305,6 +346,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
 
   const begin = (request: {
     readonly generationId: string
+    readonly lane: Lane
     readonly sequence: number
     readonly prompt: ReadonlyArray<number>
     readonly sampling: Sampling
@@ -341,7 +383,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       }
       // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to sample).
       const keep = request.prompt.slice(0, -1) as Array<Token>
-      yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false))
+      yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
       const reused = sequence.nextTokenIndex
       generations.set(request.generationId, {
         id: request.generationId,
@@ -353,6 +395,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         maxTokens: request.maxTokens,
         stopTokens: new Set(request.stopTokens),
         prefillChunk: Math.min(request.prefillChunk, options.batchSize),
+        lane: request.lane,
         prefilled: reused,
         iterator: undefined,
         tokens: [],
@@ -388,12 +431,15 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         step("prefill", async () => {
           await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
           g.prefilled += chunk.length
-        }),
+        }, g.lane),
         { _tag: "Prefilled", done: g.prefilled, total: g.prompt.length } as const
       )
     }
     return Effect.map(
       step("decode", async () => {
+        if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
+          await new Promise<never>(() => {})
+        }
         g.iterator ??= g.sequence.evaluate([g.prompt[last]!], {
           yieldEogToken: true,
           temperature: g.sampling.temperature,
@@ -416,8 +462,9 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         g.tokens.push(token)
         g.texts.push(text)
         if (g.tokens.length >= g.maxTokens) g.finished = "maxTokens"
+        afterDecodedToken()
         return { _tag: "Token", index: g.tokens.length - 1, token, text } as const
-      }),
+      }, g.lane),
       (event): AdvanceEvent => event
     )
   }
@@ -501,6 +548,9 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
           invalid("prompt", prompt.length, `prompt + longest label (${longest}) exceeds context ${r.context.contextSize}`)
         )
       }
+      if (failpoints?.failScore === true) {
+        return yield* Effect.fail(new EngineFailure({ operation: "score", reason: "failpoint failScore" }))
+      }
       const logLikelihoods = yield* step("score", async () => {
         await sequence.adaptStateToTokens(context, false)
         if (sequence.nextTokenIndex < context.length) {
@@ -521,7 +571,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
           await sequence.eraseContextTokenRanges([{ start: context.length, end: sequence.nextTokenIndex }])
         }
         return result
-      })
+      }, "decision")
       return heads.map((head) => {
         const lls = head.labels.map((l) => logLikelihoods.get(l)!)
         const max = Math.max(...lls)

@@ -92,6 +92,17 @@ export class LoadedModel extends Schema.Class<LoadedModel>("LoadedModel")({
   specialTokens: SpecialTokens
 }) {}
 
+/** Loading streams its progress, so the host can tell a slow load from a stuck one. */
+export const LoadEvent = Schema.Union(
+  Schema.TaggedStruct("LoadProgress", { fraction: Schema.Number }),
+  Schema.TaggedStruct("Loaded", { model: LoadedModel })
+)
+export type LoadEvent = typeof LoadEvent.Type
+
+/** Scheduling lanes, highest priority first; the child's step gate serves them in this order. */
+export const Lane = Schema.Literal("decision", "foreground", "utility", "preparation")
+export type Lane = typeof Lane.Type
+
 export const ChatRole = Schema.Literal("system", "user", "assistant", "tool")
 export type ChatRole = typeof ChatRole.Type
 
@@ -144,8 +155,9 @@ export class EngineRpcs extends RpcGroup.make(
   }),
   Rpc.make("Load", {
     payload: { role: Role, modelPath: Schema.String, contextSize: Schema.Int, sequences: Schema.Int },
-    success: LoadedModel,
-    error: EngineError
+    success: LoadEvent,
+    error: EngineError,
+    stream: true
   }),
   Rpc.make("Unload", { payload: { role: Role }, error: EngineError }),
   Rpc.make("Tokenize", {
@@ -162,6 +174,7 @@ export class EngineRpcs extends RpcGroup.make(
   Rpc.make("Begin", {
     payload: {
       generationId: Schema.String,
+      lane: Lane,
       sequence: Schema.Int,
       prompt: Tokens,
       sampling: Sampling,

@@ -14,6 +14,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Net from "node:net"
 import { makeEngine } from "./Engine.js"
+import { parseFailpoints } from "./Failpoints.js"
 import { childSettingsFromEnv, MAX_FRAME_BYTES } from "./ChildSettings.js"
 import { EngineRpcs } from "./Protocol.js"
 
@@ -31,7 +32,12 @@ const ProtocolLive = RpcServer.layerProtocolStdio({
 
 const main = Effect.gen(function*() {
   const shutdown = yield* Deferred.make<void>()
-  const engine = yield* Effect.acquireRelease(makeEngine(settings), (engine) => engine.dispose)
+  const faults = {
+    failpoints: parseFailpoints(process.env.NATIVEGEN_FAILPOINTS, Number(process.env.NATIVEGEN_INCARNATION ?? 1)),
+    writeRaw: (bytes: Uint8Array) => void channel.write(bytes),
+    exit: () => channel.end(() => process.exit(3))
+  }
+  const engine = yield* Effect.acquireRelease(makeEngine(settings, faults), (engine) => engine.dispose)
   const Handlers = EngineRpcs.toLayer({
     Hello: () => engine.hello,
     Plan: ({ contextSizes, modelPath, sequences }) => engine.plan(modelPath, contextSizes, sequences),

@@ -1,30 +1,48 @@
 /**
- * NativeWorker: one engine child with both roles resident. It spawns the child, completes hello,
- * loads the generation and decision models, and offers generation as an Effect Stream, label
- * scoring, tokenize/render and readiness. Interrupting a generation pauses it in the child at the
- * next step boundary and ends it there; the child stays usable. Closing the scope stops the child
- * (graceful request, SIGTERM, SIGKILL) and waits for its exit.
+ * NativeWorker: one supervised engine child with both roles resident. It spawns the child,
+ * completes hello, loads the generation and decision models, warms them (one tiny generation and
+ * one score), and only then serves. It detects a child's exit (observed through the process), a
+ * hang (a progress deadline per step, a longer one per load that restarts on load progress, and an
+ * idle heartbeat) and protocol violations (any transport or decoding failure). A failure is
+ * repaired once, however many fibers notice it: the broken child is stopped (SIGTERM, then
+ * SIGKILL) and its exit observed before its scope (and the leases in it) is released, and a warmed
+ * replacement takes over. Beyond the restart budget it stops restarting, reports `failed` with the
+ * reason, and tries again after a backoff or an explicit `repair()`.
+ *
+ * Requests that had not reached the child wait for a ready engine (bounded); a generation that was
+ * streaming fails with GenerationFailed saying how many tokens were delivered; a score is retried
+ * once on the replacement.
  */
+import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
+import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as SubscriptionRef from "effect/SubscriptionRef"
 import * as Crypto from "node:crypto"
-import { EngineUnavailable, type EngineError } from "../domain/EngineError.js"
+import { type EngineError, EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import { type ChildSettings, defaultChildSettings } from "../native/ChildSettings.js"
-import { type EngineChild, spawn, type SpawnFailed } from "../native/ChildProcess.js"
+import { type EngineChild, spawn } from "../native/ChildProcess.js"
 import type {
   AdvanceEvent,
   ChatMessage,
+  DeviceInfo,
   HeadScore,
   HelloInfo,
+  Lane,
   LoadedModel,
   ModelPlan,
   Role,
   Sampling
 } from "../native/Protocol.js"
+import { isExhausted, recordFailure } from "./worker/RestartBudget.js"
 
 /** Where a role's model comes from and how it is loaded. */
 export interface RoleModel {
@@ -32,17 +50,37 @@ export interface RoleModel {
   readonly contextSize: number
   /** Parallel sequences (conversation slots) in the role's context. Default 1. */
   readonly sequences?: number | undefined
+  /** The host-owned revision of this model (manifest digest and revision), shown in readiness. */
+  readonly revision?: { readonly manifestDigest: string; readonly revision: number } | undefined
 }
 
 export interface NativeWorkerConfigShape {
   readonly child: ChildSettings
   readonly models: { readonly [R in Role]?: RoleModel | undefined }
-  /** Tokens per prefill chunk: the granularity at which prefill can be paused or cancelled. */
+  /** Tokens per prefill chunk: the granularity at which prefill can be paused or cancelled. Default 128. */
   readonly prefillChunk: number
-  /** Deadline for each stage of a graceful stop before the next, harder one. */
+  /** Deadline for each stage of a graceful stop before the next, harder one. Default 5 s. */
   readonly stopTimeout: Duration.Duration
+  /** A step or call that makes no progress for this long means the child hangs. Default 30 s. */
+  readonly stepDeadline: Duration.Duration
+  /** A model load with no load progress for this long means the child hangs. Default 120 s. */
+  readonly loadDeadline: Duration.Duration
+  /** How often an idle ready child is probed. Default 5 s. */
+  readonly heartbeatInterval: Duration.Duration
+  /** Failures tolerated within `restartPeriod` before giving up. Default 3. */
+  readonly restartIntensity: number
+  /** Default 60 s. */
+  readonly restartPeriod: Duration.Duration
+  /** After the budget is exhausted, wait this long before trying again. Default 30 s. */
+  readonly restartBackoff: Duration.Duration
+  /** How long a request waits for a ready engine before EngineUnavailable. Default 60 s. */
+  readonly readyTimeout: Duration.Duration
+  /** Recovery actions kept for readiness. Default 32. */
+  readonly recoveryLogLength: number
   /** Extra child environment (test failpoints); not reachable from any public interface. */
   readonly childEnv?: Readonly<Record<string, string>> | undefined
+  /** The Node executable for children; overridable to test spawn failures. */
+  readonly execPath?: string | undefined
 }
 
 export class NativeWorkerConfig extends Context.Tag("nativegen/NativeWorkerConfig")<
@@ -53,20 +91,48 @@ export class NativeWorkerConfig extends Context.Tag("nativegen/NativeWorkerConfi
     child: defaultChildSettings,
     models: {},
     prefillChunk: 128,
-    stopTimeout: Duration.seconds(5)
+    stopTimeout: Duration.seconds(5),
+    stepDeadline: Duration.seconds(30),
+    loadDeadline: Duration.seconds(120),
+    heartbeatInterval: Duration.seconds(5),
+    restartIntensity: 3,
+    restartPeriod: Duration.seconds(60),
+    restartBackoff: Duration.seconds(30),
+    readyTimeout: Duration.seconds(60),
+    recoveryLogLength: 32
   }
   static readonly layer = (config: Partial<NativeWorkerConfigShape>) =>
     Layer.succeed(NativeWorkerConfig, { ...NativeWorkerConfig.defaults, ...config })
 }
 
-export type WorkerState = "starting" | "loading" | "ready" | "stopped"
+export type WorkerState = "starting" | "loading" | "warming" | "ready" | "repairing" | "failed" | "stopped"
+
+export interface RecoveryAction {
+  readonly at: Date
+  readonly kind: "exit" | "hang" | "protocol" | "start" | "budget" | "repair-request"
+  readonly reason: string
+  readonly outcome: "replaced" | "failed" | "gave-up" | "pending"
+}
 
 export interface WorkerReadiness {
   readonly state: WorkerState
-  readonly pid: number
-  readonly hello: HelloInfo
+  /** Why the state is what it is, when it is not ready. */
+  readonly reason: string | undefined
+  readonly incarnation: number
+  readonly pid: number | undefined
+  readonly backend: string | undefined
+  readonly devices: ReadonlyArray<DeviceInfo>
+  readonly hello: HelloInfo | undefined
   readonly models: ReadonlyArray<LoadedModel>
-  readonly startedAt: Date
+  /** Per role: the host-owned revision and the admitted context. */
+  readonly roles: ReadonlyArray<{
+    readonly role: Role
+    readonly modelPath: string
+    readonly revision: RoleModel["revision"]
+    readonly admittedContext: number | undefined
+  }>
+  readonly uptimeMillis: number
+  readonly recoveryActions: ReadonlyArray<RecoveryAction>
 }
 
 export interface GenerateRequest {
@@ -76,6 +142,8 @@ export interface GenerateRequest {
   readonly stopTokens?: ReadonlyArray<number> | undefined
   /** The generation-role sequence (slot) to run on. Default 0. */
   readonly sequence?: number | undefined
+  /** The lane its steps queue in at the engine's step gate. Default foreground. */
+  readonly lane?: Lane | undefined
 }
 
 export type GenerationEvent = AdvanceEvent | { readonly _tag: "Started"; readonly reusedTokens: number }
@@ -84,7 +152,7 @@ export type WorkerError = EngineError | EngineUnavailable
 
 export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWorker, {
   /** Streams a generation's steps: Started (with reused prompt tokens), Prefilled chunks, Tokens, Finished. */
-  readonly generate: (request: GenerateRequest) => Stream.Stream<GenerationEvent, WorkerError>
+  readonly generate: (request: GenerateRequest) => Stream.Stream<GenerationEvent, WorkerError | GenerationFailed>
   /** Per head, each label's teacher-forced log-likelihood, probability and rank, from the decision model. */
   readonly score: (
     prompt: ReadonlyArray<number>,
@@ -101,53 +169,280 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
     sequences: number
   ) => Effect.Effect<ModelPlan, WorkerError>
   readonly readiness: Effect.Effect<WorkerReadiness>
+  /** Readiness states as they change (the current one first). */
+  readonly states: Stream.Stream<WorkerState>
+  /** Asks for a repair now: a failed worker tries again at once; a ready one is left alone. */
+  readonly repair: Effect.Effect<void>
 }>() {}
 
-/** A transport failure means the child is gone or broken: the caller sees EngineUnavailable. */
-const unavailable = <A, E, R>(self: Effect.Effect<A, E | { readonly _tag: "RpcClientError"; readonly message: string }, R>) =>
-  Effect.catchIf(
-    self,
-    (e): e is { readonly _tag: "RpcClientError"; readonly message: string } =>
-      typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError",
-    (e) => Effect.fail(new EngineUnavailable({ reason: e.message }))
-  ) as Effect.Effect<A, Exclude<E, { readonly _tag: "RpcClientError" }> | EngineUnavailable, R>
+/** One child and what was loaded into it. */
+interface Incarnation {
+  readonly number: number
+  readonly child: EngineChild
+  readonly scope: Scope.CloseableScope
+  readonly hello: HelloInfo
+  readonly models: ReadonlyArray<LoadedModel>
+}
 
-export const make: Effect.Effect<
-  NativeWorker["Type"],
-  SpawnFailed | WorkerError,
-  NativeWorkerConfig | import("effect/Scope").Scope
-> = Effect.gen(function*() {
+interface Status {
+  readonly state: WorkerState
+  readonly reason: string | undefined
+  readonly current: Incarnation | undefined
+}
+
+/** Why a call did not complete on its child: the child is broken (repair) or gone. */
+class ChildFailed extends Data.TaggedError("ChildFailed")<{
+  readonly kind: RecoveryAction["kind"]
+  readonly reason: string
+}> {}
+
+const isRpcClientError = (e: unknown): e is { readonly _tag: "RpcClientError"; readonly message: string } =>
+  typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError"
+
+export const make = Effect.gen(function*() {
   const config = yield* NativeWorkerConfig
-  const state = yield* Ref.make<WorkerState>("starting")
-  const startedAt = new Date()
-  const child: EngineChild = yield* spawn({
-    settings: config.child,
-    env: config.childEnv,
-    stopTimeout: config.stopTimeout
-  })
-  yield* Effect.addFinalizer(() => Ref.set(state, "stopped"))
-  const { client } = child
-  const hello = yield* unavailable(client.Hello())
-  yield* Ref.set(state, "loading")
-  const models: Array<LoadedModel> = []
-  for (const role of ["generation", "decision"] as const) {
-    const model = config.models[role]
-    if (model === undefined) continue
-    models.push(
-      yield* unavailable(
-        client.Load({ role, modelPath: model.modelPath, contextSize: model.contextSize, sequences: model.sequences ?? 1 })
+  const workerScope = yield* Effect.scope
+  const status = yield* SubscriptionRef.make<Status>({ state: "starting", reason: undefined, current: undefined })
+  const actions = yield* Ref.make<ReadonlyArray<RecoveryAction>>([])
+  const failures = yield* Ref.make<ReadonlyArray<number>>([])
+  const repairing = yield* Effect.makeSemaphore(1)
+  const startedAt = yield* Clock.currentTimeMillis
+  let incarnations = 0
+  let backoffFiber: Fiber.RuntimeFiber<void> | undefined
+
+  const setState = (state: WorkerState, reason?: string) =>
+    SubscriptionRef.update(status, (s) => ({ ...s, state, reason }))
+
+  const logAction = (action: Omit<RecoveryAction, "at">) =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Ref.update(actions, (list) => [...list, { ...action, at: new Date(now) }].slice(-config.recoveryLogLength))
+    )
+
+  /** Runs a call on a child with a progress deadline; transport failures and hangs become ChildFailed. */
+  const guarded = <A, E>(child: EngineChild, call: Effect.Effect<A, E>, deadline = config.stepDeadline) =>
+    call.pipe(
+      Effect.timeoutFail({
+        duration: deadline,
+        onTimeout: () => new ChildFailed({ kind: "hang", reason: `no progress for ${Duration.format(deadline)}` })
+      }),
+      Effect.catchAll((e) => (isRpcClientError(e) ? childFailure(child, e.message) : Effect.fail(e)))
+    ) as Effect.Effect<A, Exclude<E, { readonly _tag: "RpcClientError" }> | ChildFailed>
+
+  /** A transport failure: the child's exit, when the process reports one promptly, else a protocol fault. */
+  const childFailure = (child: EngineChild, message: string) =>
+    Effect.flatMap(Effect.timeoutOption(child.exited, "250 millis"), (exit) =>
+      Effect.fail(
+        Option.isSome(exit)
+          ? new ChildFailed({ kind: "exit", reason: `engine child ${child.pid} ${exit.value.description}` })
+          : new ChildFailed({ kind: "protocol", reason: `protocol failure: ${message}` })
       )
     )
-  }
-  yield* Ref.set(state, "ready")
 
-  const generate = (request: GenerateRequest): Stream.Stream<GenerationEvent, WorkerError> =>
+  /** Spawns, greets, loads and warms a child. Its scope is closed again if any step fails. */
+  const startIncarnation = Effect.gen(function*() {
+    const number = ++incarnations
+    const scope = yield* Scope.fork(workerScope, { _tag: "Sequential" } as never)
+    const started = Effect.gen(function*() {
+      yield* setState("starting")
+      const child = yield* spawn({
+        settings: config.child,
+        env: { ...config.childEnv, NATIVEGEN_INCARNATION: String(number) },
+        execPath: config.execPath,
+        stopTimeout: config.stopTimeout
+      }).pipe(
+        Scope.extend(scope),
+        Effect.mapError((e) => new ChildFailed({ kind: "start", reason: e.message }))
+      )
+      const hello = yield* guarded(child, child.client.Hello())
+      yield* setState("loading")
+      const models: Array<LoadedModel> = []
+      for (const role of ["generation", "decision"] as const) {
+        const model = config.models[role]
+        if (model === undefined) continue
+        const loaded = yield* child.client.Load({
+          role,
+          modelPath: model.modelPath,
+          contextSize: model.contextSize,
+          sequences: model.sequences ?? 1
+        }).pipe(
+          // The load deadline restarts with every progress event.
+          Stream.timeoutFail(
+            () => new ChildFailed({ kind: "hang", reason: `load of ${role} made no progress for ${Duration.format(config.loadDeadline)}` }),
+            config.loadDeadline
+          ),
+          Stream.runFold(undefined as LoadedModel | undefined, (last, e) => (e._tag === "Loaded" ? e.model : last)),
+          Effect.catchIf(isRpcClientError, (e) => childFailure(child, e.message))
+        )
+        if (loaded === undefined) {
+          return yield* new ChildFailed({ kind: "start", reason: `load of ${role} ended without a model` })
+        }
+        models.push(loaded)
+      }
+      yield* setState("warming")
+      yield* warm(child, models)
+      const incarnation: Incarnation = { number, child, scope, hello, models }
+      // Watch the process: an exit while serving is a failure (stopping on purpose interrupts this first).
+      yield* child.exited.pipe(
+        Effect.flatMap((exit) =>
+          onFailure(number, new ChildFailed({ kind: "exit", reason: `engine child ${child.pid} ${exit.description}` }))
+        ),
+        Effect.forkIn(scope)
+      )
+      return incarnation
+    })
+    return yield* started.pipe(
+      Effect.catchAll((e) =>
+        Effect.zipRight(
+          Scope.close(scope, Exit.void),
+          Effect.fail(
+            e._tag === "ChildFailed"
+              ? e
+              : new ChildFailed({ kind: "start", reason: `${e._tag}: ${e.message}` })
+          )
+        )
+      ),
+      Effect.onInterrupt(() => Scope.close(scope, Exit.void))
+    )
+  })
+
+  /** One tiny generation and one score: proves both roles work before the child takes requests. */
+  const warm = (child: EngineChild, models: ReadonlyArray<LoadedModel>) =>
+    Effect.gen(function*() {
+      for (const model of models) {
+        const prompt = yield* guarded(child, child.client.Render({ role: model.role, messages: [{ role: "user", content: "hi" }] }))
+        if (model.role === "generation") {
+          const generationId = `warm-${Crypto.randomUUID()}`
+          yield* guarded(child, child.client.Begin({
+            generationId,
+            lane: "foreground",
+            sequence: 0,
+            prompt,
+            sampling: { temperature: 0 },
+            maxTokens: 1,
+            stopTokens: [],
+            prefillChunk: config.prefillChunk
+          }))
+          yield* guarded(child, Stream.runDrain(child.client.Advance({ generationId, fromIndex: 0 })))
+          yield* guarded(child, child.client.End({ generationId }))
+        } else {
+          yield* guarded(child, child.client.Score({ prompt, heads: [{ name: "warm-up", labels: ["yes", "no"] }] }))
+        }
+      }
+    }).pipe(
+      Effect.catchIf(
+        (e): e is Exclude<typeof e, ChildFailed> => e._tag !== "ChildFailed",
+        (e) => Effect.fail(new ChildFailed({ kind: "start", reason: `warm-up failed: ${e.message}` }))
+      )
+    )
+
+  /** Stops an incarnation: a broken child goes straight to SIGTERM/SIGKILL; its exit is awaited. */
+  const retire = (incarnation: Incarnation, broken: boolean) =>
+    Effect.zipRight(broken ? incarnation.child.markBroken : Effect.void, Scope.close(incarnation.scope, Exit.void))
+
+  /**
+   * Brings up a replacement, counting each failed start against the restart budget, until one is
+   * ready or the budget is exhausted (then `failed`, and a retry after the backoff).
+   */
+  const restartLoop = (cause: ChildFailed): Effect.Effect<void> =>
+    Effect.gen(function*() {
+      let last = cause
+      for (;;) {
+        const now = yield* Clock.currentTimeMillis
+        const budget = { intensity: config.restartIntensity, periodMillis: Duration.toMillis(config.restartPeriod) }
+        const history = yield* Ref.updateAndGet(failures, (h) => recordFailure(h, now, budget))
+        if (isExhausted(history, now, budget)) {
+          const reason = `restart budget exhausted (${history.length} failures within ${Duration.format(config.restartPeriod)}); last: ${last.reason}`
+          yield* SubscriptionRef.set(status, { state: "failed", reason, current: undefined })
+          yield* logAction({ kind: "budget", reason, outcome: "gave-up" })
+          yield* Effect.logError(reason)
+          backoffFiber = yield* Effect.sleep(config.restartBackoff).pipe(
+            Effect.zipRight(repairNow("backoff expired")),
+            Effect.forkIn(workerScope)
+          )
+          return
+        }
+        yield* setState("repairing", last.reason)
+        const next = yield* Effect.either(startIncarnation)
+        if (next._tag === "Right") {
+          yield* SubscriptionRef.set(status, { state: "ready", reason: undefined, current: next.right })
+          yield* logAction({ kind: last.kind, reason: last.reason, outcome: "replaced" })
+          return
+        }
+        yield* logAction({ kind: last.kind, reason: last.reason, outcome: "failed" })
+        last = next.left
+      }
+    })
+
+  /** Reports a failure of incarnation `number`; the first report repairs it, later ones find it done. */
+  const onFailure = (number: number, failure: ChildFailed) =>
+    repairing.withPermits(1)(
+      Effect.gen(function*() {
+        const s = yield* SubscriptionRef.get(status)
+        if (s.current === undefined || s.current.number !== number) return
+        yield* Effect.logWarning(`engine child ${s.current.child.pid} failed (${failure.kind}): ${failure.reason}`)
+        yield* SubscriptionRef.set(status, { state: "repairing", reason: failure.reason, current: undefined })
+        yield* retire(s.current, true)
+        yield* restartLoop(failure)
+      })
+    ).pipe(Effect.forkIn(workerScope), Effect.asVoid)
+
+  const repairNow = (why: string) =>
+    repairing.withPermits(1)(
+      Effect.gen(function*() {
+        const s = yield* SubscriptionRef.get(status)
+        if (s.state !== "failed") return
+        yield* Ref.set(failures, [])
+        yield* logAction({ kind: "repair-request", reason: why, outcome: "pending" })
+        yield* restartLoop(new ChildFailed({ kind: "repair-request", reason: why }))
+      })
+    )
+
+  /** The ready incarnation, waiting (bounded) while the engine starts or repairs. */
+  const ready: Effect.Effect<Incarnation, EngineUnavailable> = status.changes.pipe(
+    Stream.filter((s) => s.state === "ready" || s.state === "failed" || s.state === "stopped"),
+    Stream.runHead,
+    Effect.flatMap((s) =>
+      Option.isSome(s) && s.value.state === "ready" && s.value.current !== undefined
+        ? Effect.succeed(s.value.current)
+        : Effect.fail(new EngineUnavailable({ reason: Option.match(s, { onNone: () => "stopped", onSome: (v) => v.reason ?? v.state }) }))
+    ),
+    Effect.timeoutFail({
+      duration: config.readyTimeout,
+      onTimeout: () => new EngineUnavailable({ reason: `no ready engine within ${Duration.format(config.readyTimeout)}` })
+    })
+  )
+
+  /** Runs a call on the ready child; a child failure is reported (repair) and surfaces as ChildFailed. */
+  const onReady = <A, E>(call: (incarnation: Incarnation) => Effect.Effect<A, E>) =>
+    Effect.flatMap(ready, (incarnation) =>
+      guarded(incarnation.child, call(incarnation)).pipe(
+        Effect.tapError((e) =>
+          typeof e === "object" && e !== null && "_tag" in e && e._tag === "ChildFailed"
+            ? onFailure(incarnation.number, e as ChildFailed)
+            : Effect.void
+        )
+      )
+    )
+
+  const unavailable = <A, E>(self: Effect.Effect<A, E | ChildFailed>) =>
+    Effect.catchIf(
+      self,
+      (e): e is ChildFailed => typeof e === "object" && e !== null && "_tag" in e && e._tag === "ChildFailed",
+      (e) => Effect.fail(new EngineUnavailable({ reason: e.reason }))
+    ) as Effect.Effect<A, Exclude<E, ChildFailed> | EngineUnavailable>
+
+  const call = <A, E>(f: (incarnation: Incarnation) => Effect.Effect<A, E>) => unavailable(onReady(f))
+
+  const generate = (request: GenerateRequest): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
+        const incarnation = yield* ready
+        const { child } = incarnation
         const generationId = Crypto.randomUUID()
-        const { reusedTokens } = yield* unavailable(
-          client.Begin({
+        const { reusedTokens } = yield* unavailable(onReady(() =>
+          child.client.Begin({
             generationId,
+            lane: request.lane ?? "foreground",
             sequence: request.sequence ?? 0,
             prompt: request.prompt,
             sampling: request.sampling,
@@ -155,27 +450,106 @@ export const make: Effect.Effect<
             stopTokens: request.stopTokens ?? [],
             prefillChunk: config.prefillChunk
           })
-        )
-        yield* Effect.addFinalizer(() => Effect.ignore(client.End({ generationId })))
-        const steps: Stream.Stream<GenerationEvent, WorkerError> = client.Advance({ generationId, fromIndex: 0 }).pipe(
-          Stream.catchTag("RpcClientError", (e) => Stream.fail(new EngineUnavailable({ reason: e.message })))
+        ))
+        yield* Effect.addFinalizer(() => Effect.ignore(guarded(child, child.client.End({ generationId }))))
+        let delivered = 0
+        const steps = child.client.Advance({ generationId, fromIndex: 0 }).pipe(
+          Stream.timeoutFail(
+            () => new ChildFailed({ kind: "hang", reason: `no step for ${Duration.format(config.stepDeadline)}` }),
+            config.stepDeadline
+          ),
+          Stream.catchAll((e): Stream.Stream<never, WorkerError | GenerationFailed> => {
+            if (e._tag === "ChildFailed" || e._tag === "RpcClientError") {
+              const failure = e._tag === "ChildFailed" ? Effect.succeed(e) : Effect.flip(childFailure(child, e.message))
+              return Stream.fromEffect(
+                Effect.flatMap(failure, (f) =>
+                  Effect.zipRight(
+                    onFailure(incarnation.number, f),
+                    Effect.fail(new GenerationFailed({ deliveredTokens: delivered, reason: f.reason }))
+                  )
+                )
+              )
+            }
+            return Stream.fail(e)
+          }),
+          Stream.tap((e) =>
+            Effect.sync(() => {
+              if (e._tag === "Token") delivered++
+            })
+          )
         )
         return Stream.concat(Stream.make<Array<GenerationEvent>>({ _tag: "Started", reusedTokens }), steps)
       })
     )
 
+  const score: NativeWorker["Type"]["score"] = (prompt, heads) => {
+    const attempt = onReady((incarnation) => incarnation.child.client.Score({ prompt, heads }))
+    // Scoring is idempotent: a score lost with its child is retried once on the replacement.
+    return unavailable(Effect.catchTag(attempt as Effect.Effect<ReadonlyArray<HeadScore>, EngineError | EngineUnavailable | ChildFailed>, "ChildFailed", () => attempt))
+  }
+
+  const readiness = Effect.gen(function*() {
+    const s = yield* SubscriptionRef.get(status)
+    const now = yield* Clock.currentTimeMillis
+    const models = s.current?.models ?? []
+    return {
+      state: s.state,
+      reason: s.reason,
+      incarnation: s.current?.number ?? incarnations,
+      pid: s.current?.child.pid,
+      backend: s.current?.hello.backend,
+      devices: s.current?.hello.devices ?? [],
+      hello: s.current?.hello,
+      models,
+      roles: (["generation", "decision"] as const).flatMap((role) => {
+        const model = config.models[role]
+        return model === undefined ? [] : [{
+          role,
+          modelPath: model.modelPath,
+          revision: model.revision,
+          admittedContext: models.find((m) => m.role === role)?.contextSize
+        }]
+      }),
+      uptimeMillis: now - startedAt,
+      recoveryActions: yield* Ref.get(actions)
+    } satisfies WorkerReadiness
+  })
+
+  // The first start counts against the budget like any other.
+  yield* Effect.addFinalizer(() => SubscriptionRef.update(status, (s) => ({ ...s, state: "stopped" as const, current: undefined })))
+  const first = yield* Effect.either(startIncarnation)
+  if (first._tag === "Right") yield* SubscriptionRef.set(status, { state: "ready", reason: undefined, current: first.right })
+  else yield* repairing.withPermits(1)(restartLoop(first.left))
+
+  // Idle heartbeat: a child that stops answering while nobody calls it is found all the same.
+  yield* Effect.gen(function*() {
+    const s = yield* SubscriptionRef.get(status)
+    if (s.state !== "ready" || s.current === undefined) return
+    const current = s.current
+    yield* guarded(current.child, current.child.client.Hello()).pipe(
+      Effect.catchAll((e) => (e._tag === "ChildFailed" ? onFailure(current.number, e) : Effect.void))
+    )
+  }).pipe(
+    Effect.zipRight(Effect.sleep(config.heartbeatInterval)),
+    Effect.forever,
+    Effect.forkIn(workerScope)
+  )
+
   return NativeWorker.of({
     generate,
-    score: (prompt, heads) => unavailable(client.Score({ prompt, heads })),
-    tokenize: (role, text, specialTokens = false) => unavailable(client.Tokenize({ role, text, specialTokens })),
-    detokenize: (role, tokens) => unavailable(client.Detokenize({ role, tokens })),
-    render: (role, messages) => unavailable(client.Render({ role, messages })),
-    plan: (modelPath, contextSizes, sequences) => unavailable(client.Plan({ modelPath, contextSizes, sequences })),
-    readiness: Effect.map(Ref.get(state), (s) => ({ state: s, pid: child.pid, hello, models, startedAt }))
+    score,
+    tokenize: (role, text, specialTokens = false) =>
+      call((i) => i.child.client.Tokenize({ role, text, specialTokens })),
+    detokenize: (role, tokens) => call((i) => i.child.client.Detokenize({ role, tokens })),
+    render: (role, messages) => call((i) => i.child.client.Render({ role, messages })),
+    plan: (modelPath, contextSizes, sequences) => call((i) => i.child.client.Plan({ modelPath, contextSizes, sequences })),
+    readiness,
+    states: Stream.changes(Stream.map(status.changes, (s) => s.state)),
+    repair: Effect.zipRight(
+      Effect.suspend(() => (backoffFiber === undefined ? Effect.void : Fiber.interrupt(backoffFiber))),
+      repairNow("explicit repair request")
+    )
   })
 })
 
-export const layer: Layer.Layer<NativeWorker, SpawnFailed | WorkerError, NativeWorkerConfig> = Layer.scoped(
-  NativeWorker,
-  make
-)
+export const layer: Layer.Layer<NativeWorker, never, NativeWorkerConfig> = Layer.scoped(NativeWorker, make)

@@ -1,0 +1,45 @@
+/**
+ * Test failpoints of the engine child, read once from its environment at start-up. The host sets
+ * them only through NativeWorker's internal `childEnv` (used by tests); no public configuration,
+ * RPC or CLI option reaches them. Unset, each check is one comparison against `undefined`.
+ *
+ * NATIVEGEN_FAILPOINTS="name[=N][@i,j];..." where `@i,j` limits a failpoint to the children with
+ * those incarnation numbers (NATIVEGEN_INCARNATION, counted from 1 by the host).
+ */
+
+export interface Failpoints {
+  /** SIGKILL itself after decoding N tokens in total. */
+  readonly crashAfterTokens?: number
+  /** SIGKILL itself when asked to load a model. */
+  readonly crashDuringLoad?: true
+  /** Stop making progress (forever, holding the engine) at decode step N. */
+  readonly hangAtStep?: number
+  /** Write garbage bytes on the protocol channel after N decoded tokens. */
+  readonly garbageAfterTokens?: number
+  /** Announce an oversized frame on the protocol channel after N decoded tokens. */
+  readonly oversizedFrameAfterTokens?: number
+  /** Write half a frame, then exit, after N decoded tokens. */
+  readonly partialFrameAfterTokens?: number
+  /** Fail every label-scoring request (so that warm-up fails). */
+  readonly failScore?: true
+}
+
+const numeric = new Set(["crashAfterTokens", "hangAtStep", "garbageAfterTokens", "oversizedFrameAfterTokens", "partialFrameAfterTokens"])
+const flags = new Set(["crashDuringLoad", "failScore"])
+
+export const parseFailpoints = (spec: string | undefined, incarnation: number): Failpoints | undefined => {
+  if (spec === undefined || spec.trim() === "") return undefined
+  const result: Record<string, number | true> = {}
+  for (const item of spec.split(";")) {
+    const [body, only] = item.trim().split("@") as [string, string | undefined]
+    if (only !== undefined && !only.split(",").map(Number).includes(incarnation)) continue
+    const [name, value] = body.split("=") as [string, string | undefined]
+    if (numeric.has(name) && value !== undefined && Number.isInteger(Number(value))) result[name] = Number(value)
+    else if (flags.has(name)) result[name] = true
+    else throw new Error(`unknown failpoint ${item}`)
+  }
+  return Object.keys(result).length === 0 ? undefined : (result as Failpoints)
+}
+
+/** Renders failpoints for a child's environment (host side, tests only). */
+export const failpointsEnv = (spec: string): Record<string, string> => ({ NATIVEGEN_FAILPOINTS: spec })
