@@ -23,7 +23,7 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { DeviceInfo, ModelPlan, Role } from "../native/Protocol.js"
+import type { DeviceInfo, Lane, ModelPlan, Role } from "../native/Protocol.js"
 import {
   type Admitted,
   candidateSizes,
@@ -38,7 +38,6 @@ import {
   DeviceNotFound,
   InsufficientDeviceMemory,
   InvalidCharge,
-  type Lane,
   type LeaseKind,
   RoleNotAdmitted,
   RoleShortfall,
@@ -47,7 +46,8 @@ import {
 import { NativeWorker, type WorkerError } from "./NativeWorker.js"
 
 export type { Admitted, AdmittedRole, LimitedBy, PlanMargin } from "./admission/ContextPlanner.js"
-export { Lane, LeaseKind } from "./AdmissionError.js"
+export { LeaseKind } from "./AdmissionError.js"
+export { Lane } from "../native/Protocol.js"
 
 /** Lanes from the highest priority to the lowest. */
 export const LANES: ReadonlyArray<Lane> = ["decision", "foreground", "utility", "preparation"]
@@ -596,8 +596,8 @@ export const selectDevice = (
 export const make: Effect.Effect<Admission["Type"], DeviceNotFound, AdmissionConfig | NativeWorker> = Effect.gen(
   function*() {
     const worker = yield* NativeWorker
-    const { hello } = yield* worker.readiness
-    const device = yield* selectDevice(hello.backend, hello.devices)
+    const ready = yield* worker.readiness
+    const device = yield* selectDevice(ready.backend ?? "unknown", ready.devices)
     return yield* makeWith({ device, plan: worker.plan })
   }
 )

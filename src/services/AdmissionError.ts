@@ -4,14 +4,11 @@
  * the RPC boundary.
  */
 import * as Schema from "effect/Schema"
+import { Lane } from "../native/Protocol.js"
 
 const Bytes = Schema.Number
 
 const mib = (bytes: number) => `${(bytes / 1048576).toFixed(1)} MiB`
-
-/** The priority lanes, highest first. */
-export const Lane = Schema.Literal("decision", "foreground", "utility", "preparation")
-export type Lane = typeof Lane.Type
 
 export const LeaseKind = Schema.Literal("weights", "kv", "workspace")
 export type LeaseKind = typeof LeaseKind.Type

@@ -16,12 +16,8 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import type * as Admission from "../../src/services/Admission.js"
 import { LANES } from "../../src/services/Admission.js"
-import type {
-  InsufficientDeviceMemory,
-  InvalidCharge,
-  Lane,
-  WorkspaceTooLarge
-} from "../../src/services/AdmissionError.js"
+import type { Lane } from "../../src/native/Protocol.js"
+import type { InsufficientDeviceMemory, InvalidCharge, WorkspaceTooLarge } from "../../src/services/AdmissionError.js"
 import { makeLedger } from "./support.js"
 
 type Op =

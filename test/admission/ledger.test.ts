@@ -13,7 +13,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import { DeviceInfo } from "../../src/native/Protocol.js"
 import * as Admission from "../../src/services/Admission.js"
-import type { Lane } from "../../src/services/AdmissionError.js"
+import type { Lane } from "../../src/native/Protocol.js"
 import { fakeDevice, makeLedger } from "./support.js"
 
 const MiB = 1024 * 1024
