@@ -290,6 +290,16 @@ export class Store extends Context.Tag("nativegen/Store")<Store, {
     declaredSize: number,
     options?: StageOptions
   ) => Effect.Effect<string, StageError | E>
+  /**
+   * `stage`, holding a lease (taken before publishing) for the scope: no reap can collect the
+   * blob between staging and a later `activate`.
+   */
+  readonly stageLeased: <E = never>(
+    source: Blobs.StageSource<E>,
+    expectedDigest: string,
+    declaredSize: number,
+    options?: StageOptions
+  ) => Effect.Effect<Lease, StageError | E, Scope.Scope>
   /** Re-hashes a published blob; a corrupt one is quarantined (`ArtifactCorrupt`). */
   readonly verify: (digest: string) => Effect.Effect<Blobs.VerifiedBlob, VerifyError>
   /**
@@ -367,6 +377,33 @@ export const make: Effect.Effect<
       Effect.flatMap((digest) => blobs.stage(source, digest, declaredSize, options?.onProgress)),
       Effect.withSpan("Store.stage", { attributes: { digest: expectedDigest, size: declaredSize } })
     )
+
+  /** A lease file for `digest`, present or not, held for the scope. */
+  const pin = (digest: Digest.Digest) =>
+    Effect.acquireRelease(
+      withLock(leases.create(digest)),
+      (file) =>
+        withLock(leases.remove(file)).pipe(
+          Effect.catchAll((e) =>
+            Effect.logWarning("store: could not remove lease file").pipe(
+              Effect.annotateLogs({ service: "Store", path: file.path, error: e.message })
+            )
+          )
+        )
+    )
+
+  const stageLeased = <E = never>(
+    source: Blobs.StageSource<E>,
+    expectedDigest: string,
+    declaredSize: number,
+    options?: StageOptions
+  ): Effect.Effect<Lease, StageError | E, Scope.Scope> =>
+    Effect.gen(function*() {
+      const digest = yield* Blobs.validateDigest(expectedDigest)
+      yield* pin(digest)
+      const path = yield* blobs.stage(source, digest, declaredSize, options?.onProgress)
+      return { digest, path, size: declaredSize } satisfies Lease
+    }).pipe(Effect.withSpan("Store.stageLeased", { attributes: { digest: expectedDigest, size: declaredSize } }))
 
   const verify = Effect.fn("Store.verify")(function*(digest: string) {
     return yield* blobs.verify(yield* Blobs.validateDigest(digest))
@@ -521,17 +558,9 @@ export const make: Effect.Effect<
   const leaseMap = yield* RcMap.make({
     lookup: (digest: Digest.Digest) =>
       Effect.gen(function*() {
-        yield* Effect.acquireRelease(
-          withLock(Effect.gen(function*() {
-            const st = yield* blobs.statOf(digest)
-            if (Option.isNone(st)) return yield* Effect.fail(new ArtifactMissing({ digest }))
-            return yield* leases.create(digest)
-          })),
-          (file) =>
-            withLock(leases.remove(file)).pipe(
-              Effect.catchAll((e) => Effect.logWarning("store: could not remove lease file").pipe(Effect.annotateLogs({ service: "Store", path: file.path, error: e.message })))
-            )
-        )
+        const present = yield* blobs.statOf(digest)
+        if (Option.isNone(present)) return yield* Effect.fail(new ArtifactMissing({ digest }))
+        yield* pin(digest)
         const blob = yield* blobs.verify(digest, { trustIdentity: true })
         return { digest, path: blob.path, size: blob.size } satisfies Lease
       })
@@ -567,7 +596,7 @@ export const make: Effect.Effect<
       let freedBytes = 0
       for (const { digest, stat } of yield* blobs.list) {
         if (referenced.has(digest)) continue
-        const young = now - Number(stat.mtimeMs) < grace
+        const young = grace > 0 && now - Number(stat.mtimeMs) < grace
         if (scan.held.has(Digest.hex(digest)) || young) {
           kept.push(digest)
           continue
@@ -612,15 +641,19 @@ export const make: Effect.Effect<
 
   const owner = Owner.format(Owner.self())
 
+  /** Holds a lease on a seed artifact for the scope, generating and staging it when absent. */
   const importSeedArtifact = (digest: Digest.Digest, size: number, model: string) =>
     Effect.gen(function*() {
       const present = yield* blobs.statOf(digest)
-      if (Option.isSome(present) && present.value.isFile() && Number(present.value.size) === size) return
+      if (Option.isSome(present) && present.value.isFile() && Number(present.value.size) === size) {
+        yield* lease(digest)
+        return
+      }
       const dir = yield* Fs.orStoreError(SafePath.ensureDir(root, [Blobs.stagingDir], true))
       const temp = Path.join(dir, `${owner}.${Crypto.randomBytes(6).toString("hex")}.seed`)
       yield* Effect.acquireUseRelease(
-        config.seed.materialize(model, temp),
-        () => stage(temp, digest, size),
+        Effect.as(config.seed.materialize(model, temp), temp),
+        () => stageLeased(temp, digest, size),
         () => Effect.ignore(Fs.unlink(temp))
       )
     })
@@ -643,7 +676,6 @@ export const make: Effect.Effect<
       const result = yield* Effect.scoped(Effect.gen(function*() {
         for (const artifact of verified.manifest.artifacts) {
           yield* importSeedArtifact(artifact.digest, artifact.size, verified.manifest.name)
-          yield* lease(artifact.digest)
         }
         return yield* activate(bytes)
       }))
@@ -656,6 +688,7 @@ export const make: Effect.Effect<
     root,
     device: config.device,
     stage,
+    stageLeased,
     verify,
     activate,
     active,

@@ -238,17 +238,34 @@ export const make = (root: string, lock: FileLock): Blobs => {
     Effect.gen(function*() {
       const dir = yield* SafePath.ensureDir(root, segmentsOf(expected), true)
       const final = Path.join(dir, Digest.hex(expected))
-      yield* Fs.link(stagedPath, final).pipe(
-        Fs.catchCodes(["EEXIST"], () =>
-          Effect.flatMap(Fs.lstat(final), (st) =>
-            st.isFile() && Number(st.size) === declared
-              ? Effect.void
-              : Effect.fail(new UnsafePath({ path: final, found: `${Fs.kindOf(st)} of ${st.size} bytes where a blob was published` }))))
-      )
+      // link, not rename: of two concurrent stagers exactly one publishes. A blob found present is
+      // checked; one that a concurrent reap removed meanwhile is linked again.
+      for (let attempt = 0;; attempt++) {
+        const linked = yield* Fs.link(stagedPath, final).pipe(
+          Effect.as(true),
+          Fs.catchCodes(["EEXIST"], () => Effect.succeed(false))
+        )
+        if (linked) break
+        const st = yield* Fs.lstat(final).pipe(
+          Effect.map(Option.some),
+          Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
+        )
+        if (Option.isNone(st) && attempt < 3) continue
+        if (Option.isSome(st) && st.value.isFile() && Number(st.value.size) === declared) break
+        return yield* Effect.fail(
+          new UnsafePath({
+            path: final,
+            found: Option.isSome(st) ? `${Fs.kindOf(st.value)} of ${st.value.size} bytes where a blob was published` : "vanishing blob"
+          })
+        )
+      }
       yield* Fs.unlink(stagedPath)
       yield* Fs.fsyncDir(dir)
-      const st = yield* Fs.lstat(final)
-      if (st.isFile()) verified.set(Digest.hex(expected), identityKey(st))
+      const st = yield* Fs.lstat(final).pipe(
+        Effect.map(Option.some),
+        Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
+      )
+      if (Option.isSome(st) && st.value.isFile()) verified.set(Digest.hex(expected), identityKey(st.value))
       return final
     })
 

@@ -70,25 +70,22 @@ export const make = (root: string, name = "store.lock"): Effect.Effect<FileLock,
         })
       })
 
-    const acquire = Effect.gen(function*() {
-      const fd = current ?? (yield* openChecked)
-      current = fd
-      const waiting = { abandoned: false }
-      yield* Effect.interruptible(lockOn(fd, waiting)).pipe(
-        Effect.onExit((exit) =>
-          Effect.sync(() => {
-            if (Exit.isFailure(exit) && waiting.abandoned) current = undefined
-          })
-        )
-      )
-      return fd
-    })
-
+    // `restore` (not `Effect.interruptible`): inside a finalizer the wait stays uninterruptible.
     const withLock = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E | Fs.FsError | UnsafePath, R> =>
-      semaphore.withPermits(1)(Effect.acquireUseRelease(
-        acquire,
-        () => self,
-        (fd) => Effect.sync(() => native.unlock(fd))
+      semaphore.withPermits(1)(Effect.uninterruptibleMask((restore) =>
+        Effect.gen(function*() {
+          const fd = current ?? (yield* openChecked)
+          current = fd
+          const waiting = { abandoned: false }
+          yield* restore(lockOn(fd, waiting)).pipe(
+            Effect.onExit((exit) =>
+              Effect.sync(() => {
+                if (Exit.isFailure(exit) && waiting.abandoned) current = undefined
+              })
+            )
+          )
+          return yield* restore(self).pipe(Effect.ensuring(Effect.sync(() => native.unlock(fd))))
+        })
       ))
 
     return { path, withLock }
