@@ -1,0 +1,105 @@
+/**
+ * The plan margin against reality: in one engine child, context admission picks the contexts,
+ * then each role is loaded at its admitted context and used once (a prefill, a score) so its
+ * buffers are touched, and the child's resident set growth (from /proc) is compared with what
+ * admission charges for that role (the engine's V2 plan plus the margin). The growth must stay
+ * within the charge, and be at least half the bare plan (so the probe sees the allocation).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
+import { ensureModel } from "../../fixtures/models.js"
+import { EngineUnavailable } from "../../src/domain/EngineError.js"
+import { type EngineChild, spawn } from "../../src/native/ChildProcess.js"
+import type { Role } from "../../src/native/Protocol.js"
+import * as Admission from "../../src/services/Admission.js"
+import { testChild } from "../support/engine.js"
+
+class Child extends Context.Tag("test/admission/Child")<Child, EngineChild>() {}
+
+const childLayer = Layer.scoped(Child, spawn({ settings: testChild, stopTimeout: Duration.seconds(3) }))
+
+const hasProc = Fs.existsSync("/proc/self/status")
+
+/** Resident set size of a process, in bytes. */
+const rss = (pid: number) =>
+  Effect.sync(() => Number(/VmRSS:\s+(\d+)/.exec(Fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024)
+
+const mib = (bytes: number) => (bytes / 1048576).toFixed(2)
+
+describe("Admission plan margin against measured memory", () => {
+  it.layer(childLayer, { timeout: 120_000 })((it) => {
+    it.effect.skipIf(!hasProc)("each role's resident growth after load and first use stays within its charge", () =>
+      Effect.gen(function*() {
+        const child = yield* Child
+        const { client } = child
+        const hello = yield* client.Hello()
+        const plan: Admission.Planner = (modelPath, contextSizes, sequences) =>
+          client.Plan({ modelPath, contextSizes, sequences }).pipe(
+            Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
+          )
+        const admission = yield* Admission.makeWith({ device: hello.devices[0]!, plan }).pipe(
+          Effect.provideService(Admission.AdmissionConfig, Admission.AdmissionConfig.defaults)
+        )
+        const models: Record<Role, string> = { generation: ensureModel("small"), decision: ensureModel("decision") }
+        const admitted = yield* admission.admitContexts({
+          generation: { modelPath: models.generation, cap: 4096 },
+          decision: { modelPath: models.decision, cap: 1024 }
+        })
+        const figures: Array<string> = []
+        for (const role of ["generation", "decision"] as const) {
+          const r = admitted.roles.find((a) => a.role === role)!
+          const bare = yield* plan(r.modelPath, [r.contextSize], 1)
+          const planned = bare.weights.cpuBytes + bare.contexts[0]!.context.cpuBytes
+          const before = yield* rss(child.pid)
+          const loaded = yield* client.Load({ role, modelPath: r.modelPath, contextSize: r.contextSize, sequences: 1 }).pipe(
+            Stream.runCollect,
+            Effect.map((events) => [...events].flatMap((e) => (e._tag === "Loaded" ? [e.model] : []))[0]!)
+          )
+          assert.strictEqual(loaded.contextSize, r.contextSize)
+          // Touch the buffers the way requests will: a full prefill batch, or a score.
+          const tokens = yield* client.Tokenize({ role, text: "the quick brown fox ".repeat(150), specialTokens: false })
+          const input = tokens.slice(0, Math.min(tokens.length, 600, r.contextSize - 8))
+          if (role === "generation") {
+            yield* client.Begin({
+              generationId: "measure",
+              lane: "foreground",
+              sequence: 0,
+              prompt: input,
+              sampling: { temperature: 0 },
+              maxTokens: 2,
+              stopTokens: [],
+              prefillChunk: 512
+            })
+            yield* Stream.runDrain(client.Advance({ generationId: "measure", fromIndex: 0 }))
+            yield* client.End({ generationId: "measure" })
+          } else {
+            yield* client.Score({ prompt: input, heads: [{ name: "h", labels: ["yes", "no"] }] })
+          }
+          const growth = (yield* rss(child.pid)) - before
+          const charged = r.weightsBytes + r.contextBytes
+          figures.push(
+            `${role} ${r.contextSize} tokens: plan ${mib(planned)} MiB, child reports ${
+              mib(loaded.measured.modelBytes + loaded.measured.contextBytes)
+            } MiB, RSS growth ${mib(growth)} MiB (${(growth / planned).toFixed(2)}x plan), charged ${mib(charged)} MiB`
+          )
+          assert.isAtMost(growth, charged, `${role}: growth within the charge`)
+          assert.isAtLeast(growth, planned / 2, `${role}: the probe sees the allocation`)
+          // Reconciling with the measurement charges nothing more: the margin covered it.
+          const added = yield* Effect.scoped(
+            Effect.gen(function*() {
+              const { kv, weights } = yield* admission.chargeResident(role)
+              return yield* admission.reconcile(kv, growth - weights.bytes)
+            })
+          )
+          assert.strictEqual(added, 0)
+        }
+        // The figures for docs/decisions.md (it.effect mutes the logger, so print them).
+        yield* Effect.sync(() => console.info(`plan vs measured: ${figures.join("; ")}`))
+      }))
+  })
+})
