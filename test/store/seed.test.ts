@@ -1,0 +1,136 @@
+/**
+ * The packaged seed (reliability case 10): the shipped manifests verify against the shipped key
+ * and the generated models; importSeed activates the generation and decision models and is
+ * idempotent; a tampered manifest or tampered model bytes fail closed; a crash mid-import is
+ * followed by a clean import.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { pinnedDigests } from "../../fixtures/models.js"
+import * as Seed from "../../src/services/store/Seed.js"
+import { StoreIoError } from "../../src/services/StoreError.js"
+import { filesUnder, makeStore, projectRoot, runChild, tempDir } from "./helpers.js"
+
+const seedDir = Path.join(projectRoot, "fixtures", "seed")
+
+/** A copy of the packaged seed that a test may tamper with. */
+const copySeed = (dir: string) => {
+  const copy = Path.join(dir, "seed")
+  Fs.cpSync(seedDir, copy, { recursive: true })
+  return copy
+}
+
+const seedStore = (root: string, dir: string, materialize = Seed.generate) =>
+  makeStore(root, [], { trustSeedKey: true, seed: { dir, materialize } })
+
+describe("packaged seed (case 10)", () => {
+  it.scoped("ships signed manifests for tiny (generation) and decision (decision) and the key, never the private key", () =>
+    Effect.gen(function*() {
+      assert.deepStrictEqual(Fs.readdirSync(seedDir).sort(), ["decision.manifest.json", "seed.pub", "tiny.manifest.json"])
+      const tracked = Fs.readdirSync(Path.join(projectRoot, "fixtures"), { recursive: true }).map(String)
+      assert.isFalse(tracked.some((f) => f.endsWith(".key")), "no private key under fixtures/")
+      const tiny = JSON.parse(Fs.readFileSync(Path.join(seedDir, "tiny.manifest.json"), "utf8"))
+      assert.strictEqual(tiny.manifest.artifacts[0].digest, pinnedDigests.tiny)
+      const decision = JSON.parse(Fs.readFileSync(Path.join(seedDir, "decision.manifest.json"), "utf8"))
+      assert.strictEqual(decision.manifest.artifacts[0].digest, pinnedDigests.decision)
+      assert.strictEqual(decision.manifest.role, "decision")
+    }))
+
+  it.scoped("importSeed generates, stages, verifies and activates both models; a second import changes nothing", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const store = yield* seedStore(Path.join(dir, "store"), seedDir)
+      const report = yield* store.importSeed
+      assert.deepStrictEqual(report.models.map((m) => [m.model, m.role, m.alreadyActive]), [
+        ["decision", "decision", false],
+        ["tiny", "generation", false]
+      ])
+      const generation = yield* store.active({ role: "generation" })
+      const decision = yield* store.active({ role: "decision" })
+      assert.strictEqual(generation.artifacts[0]!.digest, pinnedDigests.tiny)
+      assert.strictEqual(decision.artifacts[0]!.digest, pinnedDigests.decision)
+      yield* store.verify(generation.artifacts[0]!.digest)
+      const journal = Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8")
+      const again = yield* store.importSeed
+      assert.isTrue(again.models.every((m) => m.alreadyActive))
+      assert.strictEqual(Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8"), journal)
+      assert.deepStrictEqual(filesUnder(Path.join(store.root, "staging")), [])
+      assert.deepStrictEqual(filesUnder(Path.join(store.root, "leases")), [])
+    }))
+
+  it.scoped("a tampered seed manifest fails closed", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const copy = copySeed(dir)
+      const file = Path.join(copy, "tiny.manifest.json")
+      Fs.writeFileSync(file, Fs.readFileSync(file, "utf8").replace(`"revision":1`, `"revision":9`))
+      const store = yield* seedStore(Path.join(dir, "store"), copy)
+      const error = yield* Effect.flip(store.importSeed)
+      assert.strictEqual(error._tag, "BadSignature")
+      const tiny = yield* Effect.exit(store.active({ model: "tiny" }))
+      assert.isTrue(Exit.isFailure(tiny))
+    }))
+
+  it.scoped("tampered model bytes fail closed with nothing published; the next import with good bytes succeeds", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const root = Path.join(dir, "store")
+      const tampered = (model: string, path: string) =>
+        Effect.flatMap(Seed.generate(model, path), () =>
+          Effect.try({
+            try: () => {
+              const fd = Fs.openSync(path, "r+")
+              Fs.writeSync(fd, Buffer.from([0xff]), 0, 1, 100_000)
+              Fs.closeSync(fd)
+            },
+            catch: (cause) => new StoreIoError({ operation: "tamper", path, cause })
+          }))
+      yield* Effect.scoped(Effect.gen(function*() {
+        const store = yield* seedStore(root, seedDir, tampered)
+        const error = yield* Effect.flip(store.importSeed)
+        assert.strictEqual(error._tag, "DigestMismatch")
+        assert.deepStrictEqual(filesUnder(Path.join(store.root, "blobs")), [])
+        assert.deepStrictEqual(filesUnder(Path.join(store.root, "staging")), [])
+        assert.isTrue(Exit.isFailure(yield* Effect.exit(store.active({ role: "generation" }))))
+      }))
+      const store = yield* seedStore(root, seedDir)
+      yield* store.importSeed
+      assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests.tiny)
+    }))
+
+  it.scoped("an untrusted seed key is refused, naming the key", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const store = yield* makeStore(Path.join(dir, "store"), [], { trustSeedKey: false, seed: Seed.packaged })
+      const error = yield* Effect.flip(store.importSeed)
+      assert.strictEqual(error._tag, "UnknownKey")
+      assert.include(error.message, "ed25519:")
+    }))
+
+  it.scoped("a crash mid-import (while generating, staging or journaling) is followed by a clean import", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const steps = ["fsync", "link", "journal-torn"] as const
+      const exits = yield* Effect.forEach(
+        steps,
+        (step) => runChild("seed", { root: Path.join(dir, step), seedDir }, { NATIVEGEN_TEST_DIE_AT: step }),
+        { concurrency: 3 }
+      )
+      for (const [i, step] of steps.entries()) {
+        assert.strictEqual(exits[i]!.signal, "SIGKILL", `${step}: ${exits[i]!.stderr}`)
+        yield* Effect.scoped(Effect.gen(function*() {
+          const store = yield* seedStore(Path.join(dir, step), seedDir)
+          const report = yield* store.importSeed
+          assert.strictEqual(report.models.length, 2, step)
+          assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests.tiny, step)
+          assert.strictEqual((yield* store.active({ role: "decision" })).artifacts[0]!.digest, pinnedDigests.decision, step)
+          assert.deepStrictEqual(filesUnder(Path.join(store.root, "staging")), [], step)
+        })).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+      }
+    }), { timeout: 60_000 })
+})
