@@ -132,6 +132,10 @@ const childBundle = (): Promise<string> => {
     // Directly in .cache/ so that paths the bundle derives from import.meta.url stay in the project.
     const out = Path.join(projectRoot, ".cache", `store-test-child.${hash.digest("hex").slice(0, 16)}.mjs`)
     if (Fs.existsSync(out)) return out
+    Fs.mkdirSync(Path.dirname(out), { recursive: true })
+    for (const old of Fs.readdirSync(Path.dirname(out))) {
+      if (/^store-test-child\.[0-9a-f]{16}\.mjs$/.test(old)) Fs.rmSync(Path.join(Path.dirname(out), old), { force: true })
+    }
     const temp = `${out}.${process.pid}.tmp.mjs`
     await esbuild.build({
       entryPoints: [Path.join(here, "child.ts")],
