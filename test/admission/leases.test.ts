@@ -213,20 +213,21 @@ describe("Admission leases", () => {
             }
           }
           checkAgainst(model, before, yield* admission.status, step)
-          n++
-        }
-        // Requests the model refused failed at once with a typed error and never held anything.
-        for (const h of holders) {
-          if (model.failed.has(h.label)) {
-            // The ledger already dropped it (the queue matched the model), so its fiber completes.
+          // Requests the model refused (at once, or because they can no longer ever fit) fail with
+          // a typed error and never held anything. The ledger already dropped them (the queue
+          // matched the model), so their fibers complete.
+          for (const h of holders) {
+            if (h.ended || !model.failed.has(h.label)) continue
+            h.ended = true
             const exit = yield* Fiber.await(h.fiber)
             const error = Exit.isFailure(exit) ? Cause.failureOption(exit.cause) : Option.none()
-            assert.isTrue(Option.isSome(error), `${h.label} failed`)
+            assert.isTrue(Option.isSome(error), `${step}: ${h.label} failed`)
             if (Option.isSome(error)) {
               assert.include(["WorkspaceTooLarge", "InsufficientDeviceMemory"], error.value._tag, h.label)
             }
             assert.isTrue(Option.isNone(yield* Deferred.poll(h.granted)), `${h.label} never granted`)
           }
+          n++
         }
         for (const h of holders) yield* Fiber.interrupt(h.fiber)
         const end = yield* admission.status
