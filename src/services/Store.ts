@@ -703,6 +703,13 @@ export const make: Effect.Effect<
 export const layer: Layer.Layer<Store, UnsafePath | StoreIoError | InvalidKey | JournalCorrupt, StoreConfig> =
   Layer.scoped(Store, make)
 
+/**
+ * The store, with the configured seed imported and activated before the layer is ready (the
+ * runtime then works out of the box; cheap when the seed is already active).
+ */
+export const layerSeeded: Layer.Layer<Store, UnsafePath | StoreIoError | InvalidKey | JournalCorrupt | SeedError, StoreConfig> =
+  Layer.scoped(Store, Effect.tap(make, (store) => store.importSeed))
+
 /** Generates an ed25519 key pair into `dir`: `<hex>.pub` (trust it) and `<hex>.key` (0600). */
 export const generateKeys = (dir: string): Effect.Effect<Signing.GeneratedKey, StoreIoError> =>
   Signing.generateKeyPair(dir)

@@ -4,6 +4,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Exit from "effect/Exit"
 import * as fc from "effect/FastCheck"
 import * as Stream from "effect/Stream"
@@ -88,9 +89,24 @@ describe("digest validation (case 3)", () => {
     }))
 
   it.prop(
-    "isDigest accepts exactly sha256: + 64 lowercase hex",
-    [fc.oneof(fc.string({ maxLength: 80 }), fc.stringMatching(/^sha256:[0-9a-f]{64}$/), fc.stringMatching(/^sha256:[0-9a-fA-F]{63,65}$/))],
-    ([s]) => Digest.isDigest(s) === /^sha256:[0-9a-f]{64}$/.test(s)
+    "isDigest agrees with an independent spelling of the rule on random strings and near-misses",
+    [
+      fc.oneof(
+        fc.string({ maxLength: 80 }),
+        fc.tuple(fc.stringMatching(/^sha256:[0-9a-f]{64}$/), fc.nat(80), fc.string({ minLength: 1, maxLength: 1 }), fc.nat(2))
+          .map(([valid, at, ch, op]) =>
+            op === 0
+              ? valid.slice(0, at) + ch + valid.slice(at + 1)
+              : op === 1
+              ? valid.slice(0, at) + ch + valid.slice(at)
+              : valid.slice(0, at) + valid.slice(at + 1)
+          )
+      )
+    ],
+    ([s]) => {
+      const rule = s.length === 71 && s.startsWith("sha256:") && [...s.slice(7)].every((ch) => "0123456789abcdef".includes(ch))
+      return Digest.isDigest(s) === rule && Either.isRight(Digest.parse(s)) === rule
+    }
   )
 })
 
