@@ -6,12 +6,14 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Exit from "effect/Exit"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { pinnedDigests } from "../../fixtures/models.js"
+import * as Store from "../../src/services/Store.js"
 import * as Seed from "../../src/services/store/Seed.js"
 import { StoreIoError } from "../../src/services/StoreError.js"
 import { filesUnder, makeStore, projectRoot, runChild, tempDir } from "./helpers.js"
@@ -61,6 +63,19 @@ describe("packaged seed (case 10)", () => {
       assert.strictEqual(Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8"), journal)
       assert.deepStrictEqual(filesUnder(Path.join(store.root, "staging")), [])
       assert.deepStrictEqual(filesUnder(Path.join(store.root, "leases")), [])
+    }))
+
+  it.scoped("layerSeeded is ready with both roles active", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const layer = Store.layerSeeded.pipe(
+        Layer.provide(Store.StoreConfig.layer({ root: Path.join(dir, "store"), seed: Seed.packaged }))
+      )
+      const roles = yield* Effect.provide(
+        Effect.flatMap(Store.Store, (store) => Effect.all([store.active({ role: "generation" }), store.active({ role: "decision" })])),
+        layer
+      )
+      assert.deepStrictEqual(roles.map((a) => a.model), ["tiny", "decision"])
     }))
 
   it.scoped("a tampered seed manifest fails closed", () =>
