@@ -38,6 +38,7 @@ import {
   DeviceNotFound,
   InsufficientDeviceMemory,
   InvalidCharge,
+  InvalidContextCap,
   type LeaseKind,
   RoleNotAdmitted,
   RoleShortfall,
@@ -236,7 +237,7 @@ export class Admission extends Context.Tag("nativegen/Admission")<Admission, {
    */
   readonly admitContexts: (
     roles: { readonly [R in Role]?: RoleRequest | undefined }
-  ) => Effect.Effect<Admitted, ContextAdmissionFailed | InvalidCharge | WorkerError>
+  ) => Effect.Effect<Admitted, ContextAdmissionFailed | InvalidContextCap | WorkerError>
   /** The contexts admitted last, if admission ran. */
   readonly admitted: Effect.Effect<Option.Option<Admitted>>
   /** The admitted context of a role, in tokens: the exact token budget of its requests. */
@@ -510,7 +511,7 @@ export const makeWith = (options: { readonly device: DeviceInfo; readonly plan: 
         const request = roles[role]
         if (request === undefined) continue
         const cap = request.cap ?? config.contextCap[role]
-        if (!Number.isSafeInteger(cap) || cap <= 0) return yield* new InvalidCharge({ label: `${role} context cap`, bytes: cap })
+        if (!Number.isSafeInteger(cap) || cap <= 0) return yield* new InvalidContextCap({ role, cap })
         const sequences = request.sequences ?? 1
         const header = yield* options.plan(request.modelPath, [], sequences)
         const sizes = candidateSizes(cap, header.trainedContextSize)

@@ -59,6 +59,16 @@ export class InvalidCharge extends Schema.TaggedError<InvalidCharge>()("InvalidC
   }
 }
 
+/** A context cap that is not a positive whole number of tokens. */
+export class InvalidContextCap extends Schema.TaggedError<InvalidContextCap>()("InvalidContextCap", {
+  role: Schema.Literal("generation", "decision"),
+  cap: Schema.Number
+}) {
+  override get message() {
+    return `invalid ${this.role} context cap ${this.cap}: it must be a positive whole number of tokens`
+  }
+}
+
 /** What one role needed at its cheapest context and what the budget left for it. */
 export class RoleShortfall extends Schema.Class<RoleShortfall>("RoleShortfall")({
   role: Schema.Literal("generation", "decision"),

@@ -118,6 +118,8 @@ describe("Admission with a real engine child", () => {
           ["decision", 1000, "cap"],
           ["generation", 8192, "trainedContext"]
         ])
+        const bad = yield* Effect.flip(admission.admitContexts({ generation: { modelPath: generation, cap: 0 } }))
+        assert.strictEqual(bad._tag, "InvalidContextCap")
       }))
 
     it.effect("the default configuration budgets the inventory's free memory minus headroom", () =>
