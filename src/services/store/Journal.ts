@@ -14,6 +14,7 @@ import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
+import * as Crypto from "node:crypto"
 import * as Path from "node:path"
 import { Digest } from "../../domain/Digest.js"
 import { canonicalJson, ModelName, Role } from "../../domain/Manifest.js"
@@ -184,7 +185,7 @@ export const make = (root: string): Effect.Effect<Journal, never, Scope.Scope> =
       Effect.gen(function*() {
         const now = yield* Clock.currentTimeMillis
         const aside = yield* Effect.scoped(Effect.gen(function*() {
-          const file = yield* SafePath.createExclusive(root, [recoveredDir], `journal.${tailStart}.${now}.${process.pid}.tail`)
+          const file = yield* SafePath.createExclusive(root, [recoveredDir], `journal.${tailStart}.${now}.${process.pid}.${Crypto.randomBytes(4).toString("hex")}.tail`)
           yield* Fs.writeAll(file.fd, file.path, tail, 0)
           yield* Fs.fsync(file.fd, file.path)
           return file.path
