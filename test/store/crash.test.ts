@@ -33,7 +33,7 @@ describe("kill at each step (case 5)", () => {
     Effect.gen(function*() {
       const dir = yield* tempDir
       const key = makeKey()
-      const bytes = bytesOf("crash", 2 * 1024 * 1024 + 4097)
+      const bytes = bytesOf("crash", 9 * 1024 * 1024 + 4097)
       const digest = sha256(bytes)
       const source = Path.join(dir, "source")
       Fs.writeFileSync(source, bytes)

@@ -54,7 +54,7 @@ export interface VerifiedBlob {
 
 export const stagingDir = "staging"
 export const quarantineDir = "quarantine"
-const chunkSize = 1 << 20
+const chunkSize = 4 << 20
 const progressEveryMillis = 100
 
 /** Validates an untrusted digest before it can become part of any path. */
@@ -119,25 +119,29 @@ export const hashDescriptor = (fd: number, path: string) =>
     return { hex: hash.digest("hex"), size: position }
   })
 
-/** A source file as a stream of at most `limit` bytes, read in 1 MiB chunks (read-ahead of one). */
-const fileStream = (path: string, limit: number): Stream.Stream<Uint8Array, UnsafePath | Fs.FsError> =>
-  Stream.unwrapScoped(Effect.map(SafePath.openSource(path), (file) => {
+/**
+ * Feeds a source file to `consume` in 4 MiB chunks, at most `limit` bytes in all, with two
+ * reused buffers: the next chunk is read while the current one is consumed (hashed and written).
+ */
+const copyFile = <E>(path: string, limit: number, consume: (chunk: Uint8Array) => Effect.Effect<void, E>) =>
+  Effect.scoped(Effect.gen(function*() {
+    const file = yield* SafePath.openSource(path)
+    const buffers = [Buffer.allocUnsafe(chunkSize), Buffer.allocUnsafe(chunkSize)] as const
     let position = 0
-    return Stream.repeatEffectOption(
-      Effect.suspend(() => {
-        const want = Math.min(chunkSize, limit - position)
-        if (want <= 0) return Effect.fail(Option.none())
-        const buffer = Buffer.allocUnsafe(want)
-        return Fs.read(file.fd, file.path, buffer, 0, want, position).pipe(
-          Effect.mapError(Option.some),
-          Effect.flatMap((n) => {
-            if (n === 0) return Effect.fail(Option.none())
-            position += n
-            return Effect.succeed(buffer.subarray(0, n))
-          })
-        )
-      })
-    ).pipe(Stream.buffer({ capacity: 2 }))
+    const readInto = (buffer: Buffer) => {
+      const want = Math.min(buffer.length, limit - position)
+      return want <= 0 ? Effect.succeed(0) : Fs.read(file.fd, file.path, buffer, 0, want, position)
+    }
+    let current = 0
+    let n = yield* readInto(buffers[0])
+    position += n
+    while (n > 0) {
+      const chunk = buffers[current]!.subarray(0, n)
+      const [next] = yield* Effect.all([readInto(buffers[1 - current]!), consume(chunk)], { concurrency: 2 })
+      position += next
+      n = next
+      current = 1 - current
+    }
   }))
 
 export const make = (root: string, lock: FileLock): Blobs => {
@@ -211,10 +215,7 @@ export const make = (root: string, lock: FileLock): Blobs => {
             const elapsed = (now - started) / 1000
             return onProgress({ bytes: received, total: declared, bytesPerSecond: elapsed > 0 ? received / elapsed : 0 })
           })
-      const stream: Stream.Stream<Uint8Array, E | UnsafePath | Fs.FsError> = typeof source === "string"
-        ? fileStream(source, declared + 1)
-        : source
-      yield* Stream.runForEach(stream, (chunk): Effect.Effect<void, SizeExceeded | Fs.FsError> => {
+      const consume = (chunk: Uint8Array): Effect.Effect<void, SizeExceeded | Fs.FsError> => {
         if (received + chunk.length > declared) {
           return Effect.fail(new SizeExceeded({ digest: expected, declared, received: received + chunk.length }))
         }
@@ -224,7 +225,8 @@ export const make = (root: string, lock: FileLock): Blobs => {
           Fs.writeAll(staged.fd, staged.path, chunk, position),
           Effect.sync(() => hash.update(chunk))
         ], { concurrency: 2, discard: true }).pipe(Effect.zipRight(report(false)))
-      })
+      }
+      yield* typeof source === "string" ? copyFile(source, declared + 1, consume) : Stream.runForEach(source, consume)
       if (received !== declared) return yield* Effect.fail(new SizeMismatch({ digest: expected, declared, received }))
       const actual = `sha256:${hash.digest("hex")}`
       if (actual !== expected) return yield* Effect.fail(new DigestMismatch({ expected, actual }))
