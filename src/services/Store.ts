@@ -322,7 +322,11 @@ export class Store extends Context.Tag("nativegen/Store")<Store, {
   readonly lease: (digest: string) => Effect.Effect<Lease, LeaseError, Scope.Scope>
   /** Removes blobs that no active manifest names, no live lease holds, and that are older than the grace. */
   readonly reap: (options?: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, ReapError>
-  /** Imports, verifies and activates the configured seed; cheap and idempotent when already active. */
+  /**
+   * Imports and activates the configured seed: every seed artifact is verified (regenerated and
+   * staged when absent or corrupt), then its manifest activated. Idempotent: an active seed
+   * manifest is reported `alreadyActive` and nothing is journaled.
+   */
   readonly importSeed: Effect.Effect<SeedReport, SeedError>
 }>() {}
 
@@ -641,13 +645,19 @@ export const make: Effect.Effect<
 
   const owner = Owner.format(Owner.self())
 
-  /** Holds a lease on a seed artifact for the scope, generating and staging it when absent. */
+  /**
+   * Holds a lease on a seed artifact for the scope. A present blob is verified by the lease; an
+   * absent or corrupt one (quarantined by that verification) is regenerated and staged.
+   */
   const importSeedArtifact = (digest: Digest.Digest, size: number, model: string) =>
     Effect.gen(function*() {
       const present = yield* blobs.statOf(digest)
       if (Option.isSome(present) && present.value.isFile() && Number(present.value.size) === size) {
-        yield* lease(digest)
-        return
+        const leased = yield* lease(digest).pipe(
+          Effect.as(true),
+          Effect.catchTags({ ArtifactCorrupt: () => Effect.succeed(false), ArtifactMissing: () => Effect.succeed(false) })
+        )
+        if (leased) return
       }
       const dir = yield* Fs.orStoreError(SafePath.ensureDir(root, [Blobs.stagingDir], true))
       const temp = Path.join(dir, `${owner}.${Crypto.randomBytes(6).toString("hex")}.seed`)
@@ -667,12 +677,6 @@ export const make: Effect.Effect<
         return yield* Manifests.readLimited(opened, config.maxManifestBytes)
       })).pipe(Fs.orStoreError)
       const verified = yield* readSigned(bytes)
-      const state = yield* withLock(journal.read)
-      const current = state.newest.get(Journal.key(verified.manifest.name, config.device))
-      if (current !== undefined && current.entry.manifest === verified.digest) {
-        models.push(activation(verified, config.device, true))
-        continue
-      }
       const result = yield* Effect.scoped(Effect.gen(function*() {
         for (const artifact of verified.manifest.artifacts) {
           yield* importSeedArtifact(artifact.digest, artifact.size, verified.manifest.name)

@@ -65,6 +65,27 @@ describe("packaged seed (case 10)", () => {
       assert.deepStrictEqual(filesUnder(Path.join(store.root, "leases")), [])
     }))
 
+  it.scoped("a later import heals a corrupt or missing seed blob without journaling anything", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const store = yield* seedStore(Path.join(dir, "store"), seedDir)
+      yield* store.importSeed
+      const tiny = (yield* store.active({ model: "tiny" })).artifacts[0]!.path
+      const decision = (yield* store.active({ model: "decision" })).artifacts[0]!.path
+      Fs.chmodSync(tiny, 0o644)
+      const fd = Fs.openSync(tiny, "r+")
+      Fs.writeSync(fd, Buffer.from([0x5a]), 0, 1, 4242)
+      Fs.closeSync(fd)
+      Fs.rmSync(decision)
+      const journal = Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8")
+      const report = yield* store.importSeed.pipe(Logger.withMinimumLogLevel(LogLevel.Error))
+      assert.isTrue(report.models.every((m) => m.alreadyActive))
+      assert.strictEqual(Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8"), journal)
+      assert.strictEqual(filesUnder(Path.join(store.root, "quarantine")).length, 1)
+      yield* store.verify(pinnedDigests.tiny)
+      yield* store.verify(pinnedDigests.decision)
+    }))
+
   it.scoped("layerSeeded is ready with both roles active", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
