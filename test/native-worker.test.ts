@@ -1,4 +1,4 @@
-import { assert, describe, expect, it } from "@effect/vitest"
+import { assert, describe, expect, it, layer } from "@effect/vitest"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
@@ -29,7 +29,7 @@ const takeThenInterrupt = <E>(stream: Stream.Stream<GenerationEvent, E>, stop: (
   })
 
 describe("NativeWorker", () => {
-  it.layer(workerLayer(), { timeout: 120_000 })((it) => {
+  layer(workerLayer(), { timeout: 120_000, excludeTestServices: true })("tiny and decision resident", (it) => {
     it.effect("renders chats through the model's template exactly as node-llama-cpp does", () =>
       Effect.gen(function*() {
         const worker = yield* NativeWorker
@@ -190,9 +190,10 @@ describe("NativeWorker", () => {
       }))
   })
 
-  it.layer(workerLayer({ models: { generation: { modelPath: ensureModel("tiny"), contextSize: 512 } } }), {
-    timeout: 120_000
-  })((it) => {
+  layer(workerLayer({ models: { generation: { modelPath: ensureModel("tiny"), contextSize: 512 } } }), {
+    timeout: 120_000,
+    excludeTestServices: true
+  })("generation only", (it) => {
     it.effect("a role with no model loaded is a typed error naming the role", () =>
       Effect.gen(function*() {
         const worker = yield* NativeWorker

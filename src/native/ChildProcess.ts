@@ -21,7 +21,8 @@ import * as ChildProcess from "node:child_process"
 import type { Duplex } from "node:stream"
 import { createRequire } from "node:module"
 import { fileURLToPath, pathToFileURL } from "node:url"
-import { type ChildSettings, childSettingsToEnv, MAX_FRAME_BYTES } from "./ChildSettings.js"
+import { type ChildSettings, childSettingsToEnv } from "./ChildSettings.js"
+import { engineSerialization } from "./Framing.js"
 import { EngineRpcs } from "./Protocol.js"
 
 /** How a child process ended, as the operating system reported it. */
@@ -48,8 +49,8 @@ export interface EngineChild {
   readonly hasExited: Effect.Effect<boolean>
   /** SIGKILL to the whole process group, at once. */
   readonly kill: Effect.Effect<void>
-  /** Marks the child broken: stopping it then skips the graceful request and starts at SIGTERM. */
-  readonly markBroken: Effect.Effect<void>
+  /** For a broken child: SIGTERM, SIGKILL after the stop deadline, and its exit observed. */
+  readonly terminate: Effect.Effect<ChildExit>
 }
 
 export interface SpawnOptions {
@@ -79,6 +80,22 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
     const command = options.execPath ?? process.execPath
     const stopTimeout = options.stopTimeout ?? Duration.seconds(5)
     const exit = yield* Deferred.make<ChildExit>()
+    /** SIGTERM to the group, SIGKILL after the deadline, and the exit observed. Idempotent. */
+    const terminate = (pid: number) =>
+      Effect.gen(function*() {
+        if (yield* Deferred.isDone(exit)) {
+          signalGroup(pid, "SIGKILL")
+          return yield* Deferred.await(exit)
+        }
+        signalGroup(pid, "SIGTERM")
+        const stopped = yield* Deferred.await(exit).pipe(Effect.timeoutOption(stopTimeout))
+        if (Option.isNone(stopped)) {
+          yield* Effect.logWarning(`engine child ${pid} ignored SIGTERM for ${Duration.format(stopTimeout)}; killing it`)
+        }
+        // Whatever the child left in its group goes too.
+        signalGroup(pid, "SIGKILL")
+        return yield* Deferred.await(exit)
+      })
     const proc = yield* Effect.acquireRelease(
       Effect.async<ChildProcess.ChildProcess, SpawnFailed>((resume) => {
         const child = ChildProcess.spawn(command, ["--import", tsxLoader, childEntry], {
@@ -92,19 +109,7 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
         })
         child.once("spawn", () => resume(Effect.succeed(child)))
       }),
-      (child) =>
-        Effect.gen(function*() {
-          const pid = child.pid!
-          if (yield* Deferred.isDone(exit)) return signalGroup(pid, "SIGKILL")
-          signalGroup(pid, "SIGTERM")
-          const stopped = yield* Deferred.await(exit).pipe(Effect.timeoutOption(stopTimeout))
-          if (Option.isNone(stopped)) {
-            yield* Effect.logWarning(`engine child ${pid} ignored SIGTERM for ${Duration.format(stopTimeout)}; killing it`)
-          }
-          // Whatever the child left in its group goes too.
-          signalGroup(pid, "SIGKILL")
-          yield* Deferred.await(exit)
-        })
+      (child) => terminate(child.pid!)
     )
     const pid = proc.pid!
     const channel = proc.stdio[3] as Duplex
@@ -112,17 +117,13 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
     // Built in this scope (not through Effect.provide of a layer, whose scope would end at once).
     const protocol = yield* RpcClient.makeProtocolSocket({ retryTransientErrors: false }).pipe(
       Effect.provideService(Socket.Socket, socket),
-      Effect.provideService(
-        RpcSerialization.RpcSerialization,
-        RpcSerialization.makeMsgPack({ maxBufferSize: MAX_FRAME_BYTES, useRecords: true })
-      )
+      Effect.provideService(RpcSerialization.RpcSerialization, engineSerialization)
     )
     const client = yield* RpcClient.make(EngineRpcs).pipe(Effect.provideService(RpcClient.Protocol, protocol))
-    let broken = false
     // Runs before the process finalizer: a graceful request first, while the client is alive.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
-        if (broken || (yield* Deferred.isDone(exit))) return
+        if (yield* Deferred.isDone(exit)) return
         yield* client.Shutdown().pipe(Effect.ignore, Effect.timeoutOption(stopTimeout))
         yield* Deferred.await(exit).pipe(Effect.timeoutOption(stopTimeout))
       })
@@ -133,8 +134,6 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
       exited: Deferred.await(exit),
       hasExited: Deferred.isDone(exit),
       kill: Effect.sync(() => signalGroup(pid, "SIGKILL")),
-      markBroken: Effect.sync(() => {
-        broken = true
-      })
+      terminate: terminate(pid)
     }
   })

@@ -4,9 +4,6 @@
  */
 import type { Backend } from "./Protocol.js"
 
-/** Largest protocol frame either side accepts; a bigger one is a protocol violation. */
-export const MAX_FRAME_BYTES = 16 * 1024 * 1024
-
 export interface ChildSettings {
   /** Which llama.cpp build the child loads; "cpu" never touches GPU libraries. */
   readonly backend: Backend

@@ -137,6 +137,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
   const gate = yield* StepGate.make
   const failpoints = faults?.failpoints
   let decodedTokens = 0
+  let scored = 0
   const residents = new Map<Role, Resident>()
   const generations = new Map<string, Generation>()
 
@@ -157,7 +158,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     if (decodedTokens === failpoints.garbageAfterTokens) faults.writeRaw(Buffer.from("\xc1\xc1 not msgpack \xc1", "latin1"))
     if (decodedTokens === failpoints.oversizedFrameAfterTokens) {
       // A msgpack str32 header announcing 1 GiB, then a trickle: the host must refuse, not buffer.
-      faults.writeRaw(Buffer.concat([Buffer.from([0xdb, 0x40, 0x00, 0x00, 0x00]), Buffer.alloc(64 * 1024 * 1024, 0x61)]))
+      faults.writeRaw(Buffer.concat([Buffer.from([0xdb, 0x40, 0x00, 0x00, 0x00]), Buffer.alloc(16 * 1024 * 1024, 0x61)]))
     }
     if (decodedTokens === failpoints.partialFrameAfterTokens) {
       faults.writeRaw(Buffer.from([0xdb, 0x00, 0x00, 0x10, 0x00, 0x61, 0x61]))
@@ -257,10 +258,15 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         yield* checkPositiveInt("contextSize", contextSize)
         yield* checkPositiveInt("sequences", sequences)
         if (failpoints?.crashDuringLoad === true) process.kill(process.pid, "SIGKILL")
+        if (failpoints?.hangDuringLoad === true) return yield* Effect.never
         const insights = yield* readInsights(modelPath)
         yield* unloadRole(role)
         const progress = yield* Mailbox.make<LoadEvent, EngineError>()
         const loading = step("load", async () => {
+          for (let i = 0; i < (failpoints?.slowLoadSteps ?? 0); i++) {
+            progress.unsafeOffer({ _tag: "LoadProgress", fraction: 0 })
+            await new Promise((resolve) => setTimeout(resolve, 200))
+          }
           const model = await llama.loadModel({
             modelPath,
             gpuLayers: gpuLayers() === 0 ? 0 : "max",
@@ -551,6 +557,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       if (failpoints?.failScore === true) {
         return yield* Effect.fail(new EngineFailure({ operation: "score", reason: "failpoint failScore" }))
       }
+      if (failpoints?.hangScore === true && scored++ > 0) return yield* Effect.never
       const logLikelihoods = yield* step("score", async () => {
         await sequence.adaptStateToTokens(context, false)
         if (sequence.nextTokenIndex < context.length) {

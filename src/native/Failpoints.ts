@@ -22,10 +22,23 @@ export interface Failpoints {
   readonly partialFrameAfterTokens?: number
   /** Fail every label-scoring request (so that warm-up fails). */
   readonly failScore?: true
+  /** Stop making progress (forever, holding the engine) in the next label-scoring request after warm-up. */
+  readonly hangScore?: true
+  /** Load slowly: N progress reports 200 ms apart before loading (a slow load, not a hang). */
+  readonly slowLoadSteps?: number
+  /** Stop making progress (forever) when asked to load a model. */
+  readonly hangDuringLoad?: true
 }
 
-const numeric = new Set(["crashAfterTokens", "hangAtStep", "garbageAfterTokens", "oversizedFrameAfterTokens", "partialFrameAfterTokens"])
-const flags = new Set(["crashDuringLoad", "failScore"])
+const numeric = new Set([
+  "crashAfterTokens",
+  "hangAtStep",
+  "garbageAfterTokens",
+  "oversizedFrameAfterTokens",
+  "partialFrameAfterTokens",
+  "slowLoadSteps"
+])
+const flags = new Set(["crashDuringLoad", "failScore", "hangScore", "hangDuringLoad"])
 
 export const parseFailpoints = (spec: string | undefined, incarnation: number): Failpoints | undefined => {
   if (spec === undefined || spec.trim() === "") return undefined

@@ -15,7 +15,8 @@ import * as Layer from "effect/Layer"
 import * as Net from "node:net"
 import { makeEngine } from "./Engine.js"
 import { parseFailpoints } from "./Failpoints.js"
-import { childSettingsFromEnv, MAX_FRAME_BYTES } from "./ChildSettings.js"
+import { childSettingsFromEnv } from "./ChildSettings.js"
+import { engineSerialization } from "./Framing.js"
 import { EngineRpcs } from "./Protocol.js"
 
 const settings = childSettingsFromEnv(process.env)
@@ -28,7 +29,7 @@ channel.on("close", () => {
 const ProtocolLive = RpcServer.layerProtocolStdio({
   stdin: NodeStream.fromReadable<Error, Uint8Array>(() => channel, (cause) => cause as Error),
   stdout: NodeSink.fromWritable(() => channel, (cause) => cause as Error)
-}).pipe(Layer.provide(RpcSerialization.layerMsgPackWith({ maxBufferSize: MAX_FRAME_BYTES, useRecords: true })))
+}).pipe(Layer.provide(Layer.succeed(RpcSerialization.RpcSerialization, engineSerialization)))
 
 const main = Effect.gen(function*() {
   const shutdown = yield* Deferred.make<void>()

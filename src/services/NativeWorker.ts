@@ -63,6 +63,8 @@ export interface NativeWorkerConfigShape {
   readonly stopTimeout: Duration.Duration
   /** A step or call that makes no progress for this long means the child hangs. Default 30 s. */
   readonly stepDeadline: Duration.Duration
+  /** A child that has not answered hello this long after its spawn is stuck. Default 60 s. */
+  readonly startDeadline: Duration.Duration
   /** A model load with no load progress for this long means the child hangs. Default 120 s. */
   readonly loadDeadline: Duration.Duration
   /** How often an idle ready child is probed. Default 5 s. */
@@ -93,6 +95,7 @@ export class NativeWorkerConfig extends Context.Tag("nativegen/NativeWorkerConfi
     prefillChunk: 128,
     stopTimeout: Duration.seconds(5),
     stepDeadline: Duration.seconds(30),
+    startDeadline: Duration.seconds(60),
     loadDeadline: Duration.seconds(120),
     heartbeatInterval: Duration.seconds(5),
     restartIntensity: 3,
@@ -221,6 +224,9 @@ export const make = Effect.gen(function*() {
   /** Runs a call on a child with a progress deadline; transport failures and hangs become ChildFailed. */
   const guarded = <A, E>(child: EngineChild, call: Effect.Effect<A, E>, deadline = config.stepDeadline) =>
     call.pipe(
+      // A call to a stuck child cannot be interrupted promptly (the interrupt waits on the child):
+      // the deadline abandons it, and it ends when the child is stopped.
+      Effect.disconnect,
       Effect.timeoutFail({
         duration: deadline,
         onTimeout: () => new ChildFailed({ kind: "hang", reason: `no progress for ${Duration.format(deadline)}` })
@@ -253,7 +259,7 @@ export const make = Effect.gen(function*() {
         Scope.extend(scope),
         Effect.mapError((e) => new ChildFailed({ kind: "start", reason: e.message }))
       )
-      const hello = yield* guarded(child, child.client.Hello())
+      const hello = yield* guarded(child, child.client.Hello(), config.startDeadline)
       yield* setState("loading")
       const models: Array<LoadedModel> = []
       for (const role of ["generation", "decision"] as const) {
@@ -335,9 +341,12 @@ export const make = Effect.gen(function*() {
       )
     )
 
-  /** Stops an incarnation: a broken child goes straight to SIGTERM/SIGKILL; its exit is awaited. */
+  /**
+   * Stops an incarnation. A broken child goes straight to SIGTERM/SIGKILL and its exit is observed
+   * before its scope (client, leases) closes: nothing it held is released while it may still run.
+   */
   const retire = (incarnation: Incarnation, broken: boolean) =>
-    Effect.zipRight(broken ? incarnation.child.markBroken : Effect.void, Scope.close(incarnation.scope, Exit.void))
+    Effect.zipRight(broken ? incarnation.child.terminate : Effect.void, Scope.close(incarnation.scope, Exit.void))
 
   /**
    * Brings up a replacement, counting each failed start against the restart budget, until one is

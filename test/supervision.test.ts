@@ -1,0 +1,245 @@
+import { assert, describe, expect, layer } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import { failpointsEnv } from "../src/native/Failpoints.js"
+import { type NativeWorkerConfigShape, NativeWorker, type WorkerReadiness } from "../src/services/NativeWorker.js"
+import { workerLayer } from "./support/engine.js"
+import { awaitGone, isAlive } from "./support/processes.js"
+
+const greedy = { temperature: 0 } as const
+
+/** Fast detection settings: real children, short deadlines. */
+const supervised = (overrides: Partial<NativeWorkerConfigShape> = {}) =>
+  workerLayer({
+    stepDeadline: Duration.seconds(2),
+    loadDeadline: Duration.seconds(1),
+    heartbeatInterval: Duration.millis(300),
+    stopTimeout: Duration.seconds(2),
+    restartIntensity: 20,
+    restartPeriod: Duration.seconds(60),
+    restartBackoff: Duration.seconds(1),
+    readyTimeout: Duration.seconds(30),
+    ...overrides
+  })
+
+/** The first readiness (checked at each state change) that satisfies `predicate`. */
+const awaitReadiness = (predicate: (r: WorkerReadiness) => boolean) =>
+  Effect.flatMap(NativeWorker, (worker) =>
+    worker.states.pipe(
+      Stream.mapEffect(() => worker.readiness),
+      Stream.filter(predicate),
+      Stream.runHead,
+      Effect.map(Option.getOrThrow)
+    ))
+
+const readyAfter = (incarnation: number) => awaitReadiness((r) => r.state === "ready" && r.incarnation > incarnation)
+
+const prompt = (worker: NativeWorker["Type"], content = "keep talking") =>
+  worker.render("generation", [{ role: "user", content }])
+
+const generateAll = (worker: NativeWorker["Type"], maxTokens: number, content?: string) =>
+  Effect.flatMap(prompt(worker, content), (p) =>
+    Stream.runCollect(worker.generate({ prompt: p, maxTokens, sampling: greedy })).pipe(
+      Effect.map((events) => Chunk.toArray(events).flatMap((e) => (e._tag === "Token" ? [e] : [])))
+    ))
+
+describe("supervision", () => {
+  layer(supervised(), { timeout: 180_000, excludeTestServices: true })("crashes and hangs", (it) => {
+    it.effect("SIGKILL mid-stream: the stream fails with the delivered count, a warmed replacement serves next", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const before = yield* worker.readiness
+        const p = yield* prompt(worker)
+        let delivered = 0
+        const killed = yield* Effect.makeLatch(false)
+        const fiber = yield* worker.generate({ prompt: p, maxTokens: 3000, sampling: greedy }).pipe(
+          Stream.runForEach((e) =>
+            Effect.suspend(() => {
+              if (e._tag !== "Token") return Effect.void
+              delivered++
+              if (delivered !== 5) return Effect.void
+              process.kill(before.pid!, "SIGKILL")
+              return killed.open
+            })
+          ),
+          Effect.flip,
+          Effect.fork
+        )
+        yield* killed.await
+        const error = yield* Fiber.join(fiber)
+        assert(error._tag === "GenerationFailed", `expected GenerationFailed, got ${error._tag}`)
+        assert.strictEqual(error.deliveredTokens, delivered)
+        expect(delivered).toBeGreaterThanOrEqual(5)
+        const after = yield* readyAfter(before.incarnation)
+        assert.notStrictEqual(after.pid, before.pid)
+        assert.isFalse(isAlive(before.pid!))
+        const action = after.recoveryActions.at(-1)!
+        assert.strictEqual(action.kind, "exit")
+        assert.include(action.reason, "SIGKILL")
+        assert.strictEqual(action.outcome, "replaced")
+        assert.strictEqual((yield* generateAll(worker, 5)).length, 5)
+      }))
+
+    it.effect("SIGSTOP: the progress deadline fires, the stopped child is killed, a replacement is warmed", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const before = yield* worker.readiness
+        process.kill(before.pid!, "SIGSTOP")
+        const after = yield* readyAfter(before.incarnation)
+        yield* awaitGone(before.pid!)
+        const action = after.recoveryActions.at(-1)!
+        assert.strictEqual(action.kind, "hang")
+        assert.strictEqual(action.outcome, "replaced")
+        assert.strictEqual((yield* generateAll(worker, 3)).length, 3)
+      }))
+
+    it.effect("Jepsen-style tally: a burst of requests while the child is killed repeatedly loses and duplicates nothing", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const p = yield* prompt(worker, "count with me")
+        const expected = yield* generateAll(worker, 40, "count with me")
+        type Outcome = "served" | "typed-failure"
+        const generation = (sequence: number) => worker.generate({ prompt: p, maxTokens: 40, sampling: greedy, sequence }).pipe(
+          Stream.runCollect,
+          Effect.map((events) => {
+            const tokens = Chunk.toArray(events).flatMap((e) => (e._tag === "Token" ? [e] : []))
+            // Served exactly once: indices 0..n-1 in order, the same tokens as an undisturbed run.
+            assert.deepStrictEqual(tokens.map((t) => t.index), tokens.map((_, i) => i))
+            assert.deepStrictEqual(tokens.map((t) => t.token), expected.map((t) => t.token))
+            return "served" as Outcome
+          }),
+          Effect.catchTags({
+            GenerationFailed: () => Effect.succeed("typed-failure" as Outcome),
+            EngineUnavailable: () => Effect.succeed("typed-failure" as Outcome)
+          })
+        )
+        const decision = worker.score(p, [{ name: "h", labels: ["yes", "no"] }]).pipe(
+          Effect.map((heads) => {
+            assert.strictEqual(heads[0]!.labels.length, 2)
+            return "served" as Outcome
+          }),
+          Effect.catchTag("EngineUnavailable", () => Effect.succeed("typed-failure" as Outcome))
+        )
+        // Two generation streams (one per sequence slot) and a stream of decisions, side by side.
+        const runs = 12
+        const all = <A, E>(xs: ReadonlyArray<Effect.Effect<A, E>>, concurrency: number) => Effect.all(xs, { concurrency })
+        const attempts = Effect.all([
+          all(Array.from({ length: runs }, () => generation(0)), 1),
+          all(Array.from({ length: runs }, () => generation(1)), 1),
+          all(Array.from({ length: runs }, () => decision), 2)
+        ], { concurrency: 3 }).pipe(Effect.map((groups) => groups.flat()))
+        const killer = Effect.gen(function*() {
+          for (let k = 0; k < 3; k++) {
+            const r = yield* awaitReadiness((x) => x.state === "ready")
+            yield* Effect.sleep("150 millis")
+            if (r.pid !== undefined && isAlive(r.pid)) process.kill(r.pid, "SIGKILL")
+            yield* readyAfter(r.incarnation)
+          }
+        })
+        const [outcomes] = yield* Effect.all([attempts, killer], { concurrency: 2 })
+        const served = outcomes.filter((o) => o === "served").length
+        const failed = outcomes.filter((o) => o === "typed-failure").length
+        // attempted = served + failed with a typed error; nothing lost (every attempt ended one way).
+        assert.strictEqual(served + failed, 3 * runs)
+        expect(served).toBeGreaterThan(0)
+        const r = yield* awaitReadiness((x) => x.state === "ready")
+        expect(r.recoveryActions.filter((a) => a.kind === "exit" && a.outcome === "replaced").length).toBeGreaterThanOrEqual(3)
+      }))
+  })
+
+  for (const [failpoint, kind] of [
+    ["garbageAfterTokens=3@1", "protocol"],
+    ["oversizedFrameAfterTokens=3@1", "protocol"],
+    ["partialFrameAfterTokens=3@1", "exit"]
+  ] as const) {
+    layer(supervised({ childEnv: failpointsEnv(failpoint) }), { timeout: 120_000, excludeTestServices: true })(failpoint, (it) => {
+      it.effect(`${failpoint.split("=")[0]}: the child is replaced and the host keeps serving`, () =>
+        Effect.gen(function*() {
+          const worker = yield* NativeWorker
+          const error = yield* Effect.flip(generateAll(worker, 50))
+          assert.strictEqual(error._tag, "GenerationFailed")
+          const after = yield* readyAfter(1)
+          assert.strictEqual(after.recoveryActions.at(-1)!.kind, kind)
+          assert.strictEqual((yield* generateAll(worker, 50)).length, 50)
+        }))
+    })
+  }
+
+  layer(supervised({ childEnv: failpointsEnv("hangScore@1") }), { timeout: 120_000, excludeTestServices: true })("hangScore", (it) => {
+    it.effect("a decision lost with its (hung) child is retried once on the replacement", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const p = yield* worker.render("decision", [{ role: "user", content: "yes or no?" }])
+        const heads = yield* worker.score(p, [{ name: "h", labels: ["yes", "no"] }])
+        assert.strictEqual(heads[0]!.labels.length, 2)
+        const r = yield* worker.readiness
+        assert.strictEqual(r.incarnation, 2)
+        assert.strictEqual(r.recoveryActions.at(-1)!.kind, "hang")
+      }))
+  })
+
+  layer(supervised({ childEnv: failpointsEnv("failScore@1") }), { timeout: 120_000, excludeTestServices: true })("failScore", (it) => {
+    it.effect("a failed warm-up never serves: the replacement does", () =>
+      Effect.gen(function*() {
+        const r = yield* awaitReadiness((x) => x.state === "ready")
+        assert.strictEqual(r.incarnation, 2)
+        assert.include(r.recoveryActions[0]!.reason, "warm-up failed")
+      }))
+  })
+
+  layer(supervised({ childEnv: failpointsEnv("slowLoadSteps=8") }), { timeout: 120_000, excludeTestServices: true })("slowLoad", (it) => {
+    it.effect("a slow load that keeps reporting progress is not a hang", () =>
+      Effect.gen(function*() {
+        const r = yield* awaitReadiness((x) => x.state === "ready")
+        // 8 x 200 ms per model is longer than the 1 s load deadline, yet no recovery was needed.
+        assert.strictEqual(r.incarnation, 1)
+        assert.deepStrictEqual(r.recoveryActions, [])
+      }))
+  })
+
+  layer(supervised({ childEnv: failpointsEnv("hangDuringLoad@1") }), { timeout: 120_000, excludeTestServices: true })("hangDuringLoad", (it) => {
+    it.effect("a load with no progress is a hang: replaced", () =>
+      Effect.gen(function*() {
+        const r = yield* awaitReadiness((x) => x.state === "ready")
+        assert.strictEqual(r.incarnation, 2)
+        assert.include(r.recoveryActions[0]!.reason, "no progress")
+      }))
+  })
+
+  layer(
+    supervised({ childEnv: failpointsEnv("crashDuringLoad@1,2,3"), restartIntensity: 2, restartBackoff: Duration.seconds(2) }),
+    { timeout: 120_000, excludeTestServices: true }
+  )("crashDuringLoad", (it) => {
+    it.effect("crashing at every start exhausts the restart budget: failed with the reason, then recovery after backoff", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const failed = yield* awaitReadiness((x) => x.state === "failed")
+        assert.include(failed.reason!, "restart budget exhausted")
+        assert.include(failed.reason!, "SIGKILL")
+        // The host stays up and answers with a typed error.
+        const error = yield* Effect.flip(worker.tokenize("generation", "hi"))
+        assert.strictEqual(error._tag, "EngineUnavailable")
+        const ready = yield* awaitReadiness((x) => x.state === "ready")
+        assert.strictEqual(ready.incarnation, 4)
+        assert.strictEqual((yield* generateAll(worker, 3)).length, 3)
+      }))
+  })
+
+  layer(supervised({ execPath: "/nonexistent/node", restartIntensity: 1, restartBackoff: Duration.minutes(10) }), {
+    timeout: 60_000,
+    excludeTestServices: true
+  })("spawn failure", (it) => {
+    it.effect("a spawn that cannot start is a clear error, not a hang", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const failed = yield* awaitReadiness((x) => x.state === "failed")
+        assert.include(failed.reason!, "/nonexistent/node")
+        const error = yield* Effect.flip(worker.render("generation", [{ role: "user", content: "hi" }]))
+        assert.strictEqual(error._tag, "EngineUnavailable")
+      }))
+  })
+})
