@@ -15,7 +15,7 @@ const greedy = { temperature: 0 } as const
 /** Fast detection settings: real children, short deadlines. */
 const supervised = (overrides: Partial<NativeWorkerConfigShape> = {}) =>
   workerLayer({
-    stepDeadline: Duration.seconds(2),
+    stepDeadline: Duration.seconds(4),
     loadDeadline: Duration.seconds(1),
     heartbeatInterval: Duration.millis(300),
     stopTimeout: Duration.seconds(2),
@@ -148,6 +148,29 @@ describe("supervision", () => {
         expect(served).toBeGreaterThan(0)
         const r = yield* awaitReadiness((x) => x.state === "ready")
         expect(r.recoveryActions.filter((a) => a.kind === "exit" && a.outcome === "replaced").length).toBeGreaterThanOrEqual(3)
+      }))
+  })
+
+  const releases: Array<{ readonly incarnation: number; readonly childAliveAtRelease: boolean }> = []
+  let acquired = 0
+  const leaseProbe = Effect.acquireRelease(Effect.sync(() => ++acquired), (incarnation) =>
+    Effect.sync(() => {
+      const pid = pids.get(incarnation)
+      releases.push({ incarnation, childAliveAtRelease: pid !== undefined && isAlive(pid) })
+    }))
+  const pids = new Map<number, number>()
+  layer(supervised({ childResources: leaseProbe }), { timeout: 120_000, excludeTestServices: true })("child resources", (it) => {
+    it.effect("a killed child's resources (store leases) are released only after its exit is observed", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const before = yield* worker.readiness
+        pids.set(before.incarnation, before.pid!)
+        assert.strictEqual(acquired, 1)
+        process.kill(before.pid!, "SIGKILL")
+        const after = yield* readyAfter(before.incarnation)
+        pids.set(after.incarnation, after.pid!)
+        assert.strictEqual(acquired, 2)
+        assert.deepStrictEqual(releases, [{ incarnation: 1, childAliveAtRelease: false }])
       }))
   })
 

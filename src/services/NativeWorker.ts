@@ -13,6 +13,8 @@
  * streaming fails with GenerationFailed saying how many tokens were delivered; a score is retried
  * once on the replacement.
  */
+import * as Socket from "@effect/platform/Socket"
+import * as Cause from "effect/Cause"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Data from "effect/Data"
@@ -81,6 +83,12 @@ export interface NativeWorkerConfigShape {
   readonly recoveryLogLength: number
   /** Extra child environment (test failpoints); not reachable from any public interface. */
   readonly childEnv?: Readonly<Record<string, string>> | undefined
+  /**
+   * Resources each child holds for its whole life, typically the Store's reader leases on the
+   * model artifacts. Acquired before the child is spawned, released only after its exit has been
+   * observed (so a reap can never delete a file a live or dying child has mapped).
+   */
+  readonly childResources?: Effect.Effect<unknown, unknown, Scope.Scope> | undefined
   /** The Node executable for children; overridable to test spawn failures. */
   readonly execPath?: string | undefined
 }
@@ -231,7 +239,11 @@ export const make = Effect.gen(function*() {
         duration: deadline,
         onTimeout: () => new ChildFailed({ kind: "hang", reason: `no progress for ${Duration.format(deadline)}` })
       }),
-      Effect.catchAll((e) => (isRpcClientError(e) ? childFailure(child, e.message) : Effect.fail(e)))
+      Effect.catchAll((e) => (isRpcClientError(e) ? childFailure(child, e.message) : Effect.fail(e))),
+      // The RPC client dies on a socket write to a child that is gone (EPIPE): that is the child's fault.
+      Effect.catchSomeDefect((defect) =>
+        Socket.isSocketError(defect) ? Option.some(childFailure(child, defect.message)) : Option.none()
+      )
     ) as Effect.Effect<A, Exclude<E, { readonly _tag: "RpcClientError" }> | ChildFailed>
 
   /** A transport failure: the child's exit, when the process reports one promptly, else a protocol fault. */
@@ -250,6 +262,12 @@ export const make = Effect.gen(function*() {
     const scope = yield* Scope.fork(workerScope, { _tag: "Sequential" } as never)
     const started = Effect.gen(function*() {
       yield* setState("starting")
+      if (config.childResources !== undefined) {
+        yield* config.childResources.pipe(
+          Scope.extend(scope),
+          Effect.mapError((e) => new ChildFailed({ kind: "start", reason: `cannot acquire child resources: ${String(e)}` }))
+        )
+      }
       const child = yield* spawn({
         settings: config.child,
         env: { ...config.childEnv, NATIVEGEN_INCARNATION: String(number) },
@@ -463,6 +481,11 @@ export const make = Effect.gen(function*() {
         yield* Effect.addFinalizer(() => Effect.ignore(guarded(child, child.client.End({ generationId }))))
         let delivered = 0
         const steps = child.client.Advance({ generationId, fromIndex: 0 }).pipe(
+          Stream.catchSomeCause((cause) =>
+            Option.flatMap(Cause.dieOption(cause), (defect) =>
+              Socket.isSocketError(defect) ? Option.some(Stream.fail(new ChildFailed({ kind: "exit", reason: defect.message }))) : Option.none()
+            )
+          ),
           Stream.timeoutFail(
             () => new ChildFailed({ kind: "hang", reason: `no step for ${Duration.format(config.stepDeadline)}` }),
             config.stepDeadline
