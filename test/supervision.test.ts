@@ -177,7 +177,8 @@ describe("supervision", () => {
   for (const [failpoint, kind] of [
     ["garbageAfterTokens=3@1", "protocol"],
     ["oversizedFrameAfterTokens=3@1", "protocol"],
-    ["partialFrameAfterTokens=3@1", "exit"]
+    // Half a frame then exit: whichever the host observes first, the closed channel or the exit.
+    ["partialFrameAfterTokens=3@1", "exit|protocol"]
   ] as const) {
     layer(supervised({ childEnv: failpointsEnv(failpoint) }), { timeout: 120_000, excludeTestServices: true })(failpoint, (it) => {
       it.effect(`${failpoint.split("=")[0]}: the child is replaced and the host keeps serving`, () =>
@@ -186,7 +187,7 @@ describe("supervision", () => {
           const error = yield* Effect.flip(generateAll(worker, 50))
           assert.strictEqual(error._tag, "GenerationFailed")
           const after = yield* readyAfter(1)
-          assert.strictEqual(after.recoveryActions.at(-1)!.kind, kind)
+          assert.include(kind.split("|"), after.recoveryActions.at(-1)!.kind)
           assert.strictEqual((yield* generateAll(worker, 50)).length, 50)
         }))
     })

@@ -88,7 +88,9 @@ describe("Admission plan margin against measured memory", () => {
             } MiB, RSS growth ${mib(growth)} MiB (${(growth / planned).toFixed(2)}x plan), charged ${mib(charged)} MiB`
           )
           assert.isAtMost(growth, charged, `${role}: growth within the charge`)
-          assert.isAtLeast(growth, planned / 2, `${role}: the probe sees the allocation`)
+          // RSS moves by a few MiB on its own (GC, allocator trimming): only a plan well above that
+          // noise must show up in the measurement.
+          if (planned >= 16 * 1024 * 1024) assert.isAtLeast(growth, planned / 2, `${role}: the probe sees the allocation`)
           // Reconciling with the measurement charges nothing more: the margin covered it.
           const added = yield* Effect.scoped(
             Effect.gen(function*() {
