@@ -45,10 +45,6 @@ export interface EngineChild {
   readonly client: EngineClient
   /** Completes when the process has exited, with how it ended. */
   readonly exited: Effect.Effect<ChildExit>
-  /** Has the process exited yet? */
-  readonly hasExited: Effect.Effect<boolean>
-  /** SIGKILL to the whole process group, at once. */
-  readonly kill: Effect.Effect<void>
   /** For a broken child: SIGTERM, SIGKILL after the stop deadline, and its exit observed. */
   readonly terminate: Effect.Effect<ChildExit>
 }
@@ -132,8 +128,6 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
       pid,
       client,
       exited: Deferred.await(exit),
-      hasExited: Deferred.isDone(exit),
-      kill: Effect.sync(() => signalGroup(pid, "SIGKILL")),
       terminate: terminate(pid)
     }
   })

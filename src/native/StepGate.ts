@@ -15,8 +15,6 @@ export const lanes: ReadonlyArray<Lane> = ["decision", "foreground", "utility", 
 export interface StepGate {
   /** Runs `step` when the gate is free and no higher-priority or earlier same-lane waiter remains. */
   readonly run: <A, E, R>(lane: Lane, step: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
-  /** Waiters per lane, for readiness and tests. */
-  readonly waiting: Effect.Effect<Readonly<Record<Lane, number>>>
 }
 
 export const make: Effect.Effect<StepGate> = Effect.sync(() => {
@@ -65,12 +63,6 @@ export const make: Effect.Effect<StepGate> = Effect.sync(() => {
     run: (lane, step) =>
       Effect.uninterruptibleMask((restore) =>
         Effect.zipRight(restore(acquire(lane)), Effect.ensuring(restore(step), Effect.sync(handOff)))
-      ),
-    waiting: Effect.sync(() => ({
-      decision: queues.decision.length,
-      foreground: queues.foreground.length,
-      utility: queues.utility.length,
-      preparation: queues.preparation.length
-    }))
+      )
   }
 })

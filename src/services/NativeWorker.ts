@@ -207,6 +207,8 @@ class ChildFailed extends Data.TaggedError("ChildFailed")<{
   readonly reason: string
 }> {}
 
+const isChildFailed = (e: unknown): e is ChildFailed => e instanceof ChildFailed
+
 const isRpcClientError = (e: unknown): e is { readonly _tag: "RpcClientError"; readonly message: string } =>
   typeof e === "object" && e !== null && "_tag" in e && e._tag === "RpcClientError"
 
@@ -443,18 +445,14 @@ export const make = Effect.gen(function*() {
   const onReady = <A, E>(call: (incarnation: Incarnation) => Effect.Effect<A, E>) =>
     Effect.flatMap(ready, (incarnation) =>
       guarded(incarnation.child, call(incarnation)).pipe(
-        Effect.tapError((e) =>
-          typeof e === "object" && e !== null && "_tag" in e && e._tag === "ChildFailed"
-            ? onFailure(incarnation.number, e as ChildFailed)
-            : Effect.void
-        )
+        Effect.tapError((e) => (isChildFailed(e) ? onFailure(incarnation.number, e) : Effect.void))
       )
     )
 
   const unavailable = <A, E>(self: Effect.Effect<A, E | ChildFailed>) =>
     Effect.catchIf(
       self,
-      (e): e is ChildFailed => typeof e === "object" && e !== null && "_tag" in e && e._tag === "ChildFailed",
+      isChildFailed,
       (e) => Effect.fail(new EngineUnavailable({ reason: e.reason }))
     ) as Effect.Effect<A, Exclude<E, ChildFailed> | EngineUnavailable>
 
