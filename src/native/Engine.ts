@@ -421,7 +421,9 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
   /** Text for a newly sampled token; held back while it ends in an incomplete UTF-8 sequence. */
   const textOf = (g: Generation, token: number): string => {
     g.pendingText.push(token)
-    const context = g.tokens.slice(-8 - g.pendingText.length, -g.pendingText.length) as Array<Token>
+    // Held-back tokens are already in g.tokens (the new one is not yet): the context ends before them.
+    const end = g.tokens.length - (g.pendingText.length - 1)
+    const context = g.tokens.slice(Math.max(0, end - 8), end) as Array<Token>
     const text = g.model.detokenize(g.pendingText as Array<Token>, false, context)
     if (text.endsWith("\uFFFD") && g.pendingText.length < 4) return ""
     g.pendingText = []
