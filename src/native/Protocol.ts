@@ -14,6 +14,7 @@ import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcGroup from "@effect/rpc/RpcGroup"
 import * as Schema from "effect/Schema"
 import { EngineError } from "../domain/EngineError.js"
+import { ChatMessage, Lane, Role, Sampling } from "../domain/Inference.js"
 
 export const PROTOCOL_VERSION = 1
 
@@ -24,8 +25,7 @@ export const PROTOCOL_VERSION = 1
  */
 export const DECODE_RUN_AHEAD = 4
 
-export const Role = Schema.Literal("generation", "decision")
-export type Role = typeof Role.Type
+export { ChatMessage, ChatRole, Lane, Role, Sampling } from "../domain/Inference.js"
 
 export const Backend = Schema.Literal("cpu", "cuda", "vulkan", "metal")
 export type Backend = typeof Backend.Type
@@ -98,25 +98,6 @@ export const LoadEvent = Schema.Union(
   Schema.TaggedStruct("Loaded", { model: LoadedModel })
 )
 export type LoadEvent = typeof LoadEvent.Type
-
-/** Scheduling lanes, highest priority first; the child's step gate serves them in this order. */
-export const Lane = Schema.Literal("decision", "foreground", "utility", "preparation")
-export type Lane = typeof Lane.Type
-
-export const ChatRole = Schema.Literal("system", "user", "assistant", "tool")
-export type ChatRole = typeof ChatRole.Type
-
-export const ChatMessage = Schema.Struct({ role: ChatRole, content: Schema.String })
-export type ChatMessage = typeof ChatMessage.Type
-
-export const Sampling = Schema.Struct({
-  /** 0 is greedy. */
-  temperature: Schema.Number,
-  topK: Schema.optional(Schema.Int),
-  topP: Schema.optional(Schema.Number),
-  seed: Schema.optional(Schema.Int)
-})
-export type Sampling = typeof Sampling.Type
 
 export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopToken")
 export type StopReason = typeof StopReason.Type

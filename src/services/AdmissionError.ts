@@ -4,7 +4,7 @@
  * the RPC boundary.
  */
 import * as Schema from "effect/Schema"
-import { Lane } from "../native/Protocol.js"
+import { Lane } from "../domain/Inference.js"
 
 const Bytes = Schema.Number
 

@@ -1,0 +1,212 @@
+/**
+ * The public inference vocabulary: what the Provider takes and returns, as Effect Schemas, so the
+ * same types serve embedders (Effect API), the RPC group (wire format) and the command line. Host
+ * and engine protocol share the basic pieces (roles, lanes, chat messages, sampling) from here.
+ */
+import * as Schema from "effect/Schema"
+
+export const Role = Schema.Literal("generation", "decision")
+export type Role = typeof Role.Type
+
+/** Scheduling lanes, highest priority first. */
+export const Lane = Schema.Literal("decision", "foreground", "utility", "preparation")
+export type Lane = typeof Lane.Type
+
+/** The lanes a caller may ask a generation to run in. */
+export const GenerationLane = Schema.Literal("foreground", "utility")
+export type GenerationLane = typeof GenerationLane.Type
+
+export const ChatRole = Schema.Literal("system", "user", "assistant", "tool")
+export type ChatRole = typeof ChatRole.Type
+
+export const ChatMessage = Schema.Struct({ role: ChatRole, content: Schema.String })
+export type ChatMessage = typeof ChatMessage.Type
+
+export const Sampling = Schema.Struct({
+  /** 0 is greedy. */
+  temperature: Schema.Number,
+  topK: Schema.optional(Schema.Int),
+  topP: Schema.optional(Schema.Number),
+  seed: Schema.optional(Schema.Int)
+})
+export type Sampling = typeof Sampling.Type
+
+/** Output channels: the model's thinking, its answer, and tool calls. */
+export const Channel = Schema.Literal("thought", "answer", "tool")
+export type Channel = typeof Channel.Type
+
+/**
+ * Proof of what a conversation's sequence holds after a turn: its token count and a hash of those
+ * tokens. Handing it back on the next turn lets the runtime reuse the cached prompt and output.
+ */
+export const Checkpoint = Schema.Struct({
+  conversation: Schema.String,
+  tokens: Schema.NonNegativeInt,
+  hash: Schema.String
+})
+export type Checkpoint = typeof Checkpoint.Type
+
+export const GenerateRequest = Schema.Struct({
+  messages: Schema.Array(ChatMessage),
+  /** Conversation id: turns of one conversation share a sequence and its cache. */
+  conversation: Schema.optional(Schema.String),
+  /** The checkpoint the previous turn of this conversation ended with. */
+  checkpoint: Schema.optional(Checkpoint),
+  maxTokens: Schema.Int,
+  sampling: Schema.optional(Sampling),
+  /** Generation stops before any of these strings; the stop string is not returned. */
+  stop: Schema.optional(Schema.Array(Schema.String)),
+  lane: Schema.optional(GenerationLane)
+})
+export type GenerateRequest = typeof GenerateRequest.Type
+
+export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopString")
+export type StopReason = typeof StopReason.Type
+
+/** How much of the prompt came from cache, and from which kind of reuse. */
+export const ReuseKind = Schema.Literal("continuation", "prefix", "restored", "prepared", "cold")
+export type ReuseKind = typeof ReuseKind.Type
+
+export const Usage = Schema.Struct({
+  promptTokens: Schema.NonNegativeInt,
+  reusedTokens: Schema.NonNegativeInt,
+  generatedTokens: Schema.NonNegativeInt,
+  reuse: ReuseKind
+})
+export type Usage = typeof Usage.Type
+
+export const Timings = Schema.Struct({
+  /** From submission until the engine ran the request's first step. */
+  queueMillis: Schema.Number,
+  /** From submission until the first generated token. */
+  firstTokenMillis: Schema.Number,
+  /** Generated tokens per second after the first. */
+  decodeTokensPerSecond: Schema.Number,
+  totalMillis: Schema.Number
+})
+export type Timings = typeof Timings.Type
+
+export const GenerateChunk = Schema.Union(
+  /** Text of one channel, with the tokens behind it (markers never appear). */
+  Schema.TaggedStruct("Text", { channel: Channel, text: Schema.String, tokens: Schema.Array(Schema.NonNegativeInt) }),
+  /** The last chunk of every successful generation. */
+  Schema.TaggedStruct("Done", {
+    stopReason: StopReason,
+    usage: Usage,
+    timings: Timings,
+    checkpoint: Schema.optional(Checkpoint)
+  })
+)
+export type GenerateChunk = typeof GenerateChunk.Type
+
+export const DecisionHead = Schema.Struct({ name: Schema.String, labels: Schema.Array(Schema.String) })
+export type DecisionHead = typeof DecisionHead.Type
+
+export const DecideRequest = Schema.Struct({
+  /** Plain text, or messages rendered through the decision model's chat template. */
+  prompt: Schema.Union(Schema.String, Schema.Array(ChatMessage)),
+  heads: Schema.Array(DecisionHead)
+})
+export type DecideRequest = typeof DecideRequest.Type
+
+export const LabelDecision = Schema.Struct({
+  label: Schema.String,
+  probability: Schema.Number,
+  /** 1 is the most probable. */
+  rank: Schema.Int,
+  /** Teacher-forced log-likelihood of the label after the prompt, in nats. */
+  logLikelihood: Schema.Number
+})
+
+export const DecideResult = Schema.Struct({
+  heads: Schema.Array(Schema.Struct({ name: Schema.String, labels: Schema.Array(LabelDecision) })),
+  promptTokens: Schema.NonNegativeInt,
+  queueMillis: Schema.Number,
+  totalMillis: Schema.Number
+})
+export type DecideResult = typeof DecideResult.Type
+
+export const CountRequest = Schema.Struct({
+  role: Schema.optional(Role),
+  /** Messages are counted through the model's chat template (with the assistant prompt). */
+  messages: Schema.optional(Schema.Array(ChatMessage)),
+  /** Plain text is counted as it would be tokenized (no template, no special tokens). */
+  text: Schema.optional(Schema.String)
+})
+export type CountRequest = typeof CountRequest.Type
+
+export const CountResult = Schema.Struct({
+  role: Role,
+  tokens: Schema.NonNegativeInt,
+  /** The role's admitted context: prompt + max tokens must not exceed it. */
+  admittedContext: Schema.NonNegativeInt
+})
+export type CountResult = typeof CountResult.Type
+
+/** A conversation's expected next prompt, prefilled while the engine is idle. */
+export const PrepareRequest = Schema.Struct({
+  conversation: Schema.String,
+  /** The standing prefix (system prompt, tools): rarely changes. */
+  prefix: Schema.Array(ChatMessage),
+  /** The known history after the prefix. */
+  history: Schema.Array(ChatMessage)
+})
+export type PrepareRequest = typeof PrepareRequest.Type
+
+export const PrepareResult = Schema.Struct({
+  conversation: Schema.String,
+  preparedTokens: Schema.NonNegativeInt,
+  totalTokens: Schema.NonNegativeInt,
+  /** False when preparation was preempted before the whole prompt was prefilled. */
+  complete: Schema.Boolean
+})
+export type PrepareResult = typeof PrepareResult.Type
+
+export const EngineState = Schema.Literal("starting", "loading", "warming", "ready", "repairing", "failed", "stopped")
+export type EngineState = typeof EngineState.Type
+
+export const Readiness = Schema.Struct({
+  state: EngineState,
+  /** Why the state is what it is, when it is not ready. */
+  reason: Schema.NullOr(Schema.String),
+  engine: Schema.Struct({
+    incarnation: Schema.Int,
+    pid: Schema.NullOr(Schema.Int),
+    backend: Schema.NullOr(Schema.String),
+    nodeLlamaCppVersion: Schema.NullOr(Schema.String),
+    uptimeMillis: Schema.Number
+  }),
+  budget: Schema.NullOr(Schema.Struct({
+    device: Schema.String,
+    kind: Schema.Literal("cpu", "gpu"),
+    source: Schema.Literal("inventory", "cap"),
+    totalBytes: Schema.Number,
+    budgetBytes: Schema.Number,
+    chargedBytes: Schema.Number,
+    freeBytes: Schema.Number,
+    waiting: Schema.Int
+  })),
+  roles: Schema.Array(Schema.Struct({
+    role: Role,
+    modelPath: Schema.String,
+    manifestDigest: Schema.NullOr(Schema.String),
+    revision: Schema.NullOr(Schema.Int),
+    admittedContext: Schema.NullOr(Schema.Int),
+    contextCap: Schema.NullOr(Schema.Int),
+    /** Why the admitted context is below the cap, when it is. */
+    limitedBy: Schema.NullOr(Schema.Literal("cap", "trainedContext", "budget"))
+  })),
+  scheduler: Schema.Struct({
+    running: Schema.Int,
+    queued: Schema.Int,
+    slots: Schema.Int,
+    conversations: Schema.Int
+  }),
+  recoveryActions: Schema.Array(Schema.Struct({
+    at: Schema.String,
+    kind: Schema.String,
+    reason: Schema.String,
+    outcome: Schema.String
+  }))
+})
+export type Readiness = typeof Readiness.Type
