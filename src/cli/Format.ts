@@ -1,0 +1,291 @@
+/**
+ * What the command line prints, as pure functions: streamed chat chunks (the thought channel
+ * dimmed, marked or hidden), the JSON event lines of `--json`, the decision table, the readiness
+ * summary, byte sizes, rates and the import progress bar. No I/O here: the commands write the
+ * strings, and the tests check them without a terminal.
+ */
+import * as Schema from "effect/Schema"
+import type { Channel, DecideResult, GenerateChunk, Readiness } from "../domain/Inference.js"
+import { GenerateChunk as GenerateChunkSchema } from "../domain/Inference.js"
+
+// ---------------------------------------------------------------------------------------------
+// Style
+// ---------------------------------------------------------------------------------------------
+
+/** How text is styled: ANSI escapes on a terminal, plain text otherwise. */
+export interface Style {
+  readonly color: boolean
+}
+
+const sgr = (style: Style, open: string, close: string) => (text: string) =>
+  style.color && text !== "" ? `\x1b[${open}m${text}\x1b[${close}m` : text
+
+export const dim = (style: Style) => sgr(style, "2", "22")
+export const bold = (style: Style) => sgr(style, "1", "22")
+export const red = (style: Style) => sgr(style, "31", "39")
+export const green = (style: Style) => sgr(style, "32", "39")
+export const yellow = (style: Style) => sgr(style, "33", "39")
+
+/** Colour when the stream is a terminal and neither `NO_COLOR` nor `TERM=dumb` says otherwise. */
+export const styleFor = (
+  isTty: boolean,
+  environment: { readonly NO_COLOR?: string | undefined; readonly TERM?: string | undefined } = process.env
+): Style => ({
+  color: isTty && (environment.NO_COLOR === undefined || environment.NO_COLOR === "") && environment.TERM !== "dumb"
+})
+
+// ---------------------------------------------------------------------------------------------
+// Sizes and durations
+// ---------------------------------------------------------------------------------------------
+
+const units = ["B", "KiB", "MiB", "GiB", "TiB"] as const
+
+/** `512 B`, `1.5 KiB`, `726.7 KiB`, `3.0 GiB`. */
+export const formatBytes = (bytes: number): string => {
+  if (!Number.isFinite(bytes) || bytes < 0) return "? B"
+  let value = bytes
+  let unit = 0
+  while (value >= 1024 && unit < units.length - 1) {
+    value /= 1024
+    unit++
+  }
+  return unit === 0 ? `${bytes} B` : `${value.toFixed(1)} ${units[unit]}`
+}
+
+/** `1.2 MiB/s`; `-` when nothing can be said yet. */
+export const formatRate = (bytes: number, millis: number): string =>
+  millis <= 0 || !Number.isFinite(bytes) ? "-" : `${formatBytes(Math.round((bytes * 1000) / millis))}/s`
+
+/** `840 ms`, `2.4 s`, `3 min 12 s`, `2 h 5 min`. */
+export const formatDuration = (millis: number): string => {
+  if (!Number.isFinite(millis) || millis < 0) return "-"
+  if (millis < 1000) return `${Math.round(millis)} ms`
+  if (millis < 60_000) return `${(millis / 1000).toFixed(1)} s`
+  const seconds = Math.floor(millis / 1000)
+  if (seconds < 3600) return `${Math.floor(seconds / 60)} min ${seconds % 60} s`
+  return `${Math.floor(seconds / 3600)} h ${Math.floor((seconds % 3600) / 60)} min`
+}
+
+// ---------------------------------------------------------------------------------------------
+// Progress
+// ---------------------------------------------------------------------------------------------
+
+export interface ProgressState {
+  readonly label: string
+  readonly bytes: number
+  readonly total: number
+  readonly elapsedMillis: number
+}
+
+/**
+ * One line of an import's progress: `tiny  [########............]  40%  297.6 KiB / 726.7 KiB  1.1 MiB/s`.
+ * Without a known total the bar is left out.
+ */
+export const progressLine = (state: ProgressState, width = 24): string => {
+  const rate = formatRate(state.bytes, state.elapsedMillis)
+  if (state.total <= 0) return `${state.label}  ${formatBytes(state.bytes)}  ${rate}`
+  const fraction = Math.min(1, Math.max(0, state.bytes / state.total))
+  const filled = Math.round(fraction * width)
+  const bar = `[${"#".repeat(filled)}${".".repeat(width - filled)}]`
+  const percent = `${Math.floor(fraction * 100)}%`.padStart(4)
+  return `${state.label}  ${bar} ${percent}  ${formatBytes(state.bytes)} / ${formatBytes(state.total)}  ${rate}`
+}
+
+// ---------------------------------------------------------------------------------------------
+// Chat
+// ---------------------------------------------------------------------------------------------
+
+/** What happens to the thought channel: dimmed (plain text marked `[thought]` without colour), or hidden. */
+export type ThoughtMode = "show" | "hide"
+
+/** The renderer's memory between chunks: the channel of the last text written. */
+export interface ChunkRenderState {
+  readonly channel: Channel | null
+}
+
+export const initialChunkRenderState: ChunkRenderState = { channel: null }
+
+/**
+ * Renders one streamed chunk for a terminal or a pipe. Answer text is written as is; thought text
+ * is dimmed (or, without colour, opened by `[thought] ` and closed by a line break when the answer
+ * starts) unless hidden; tool calls are opened by `[tool] `. The Done chunk closes an open channel
+ * with a line break and writes nothing else (the summary is `doneSummary`).
+ */
+export const renderChunk = (
+  state: ChunkRenderState,
+  chunk: GenerateChunk,
+  options: { readonly thoughts: ThoughtMode; readonly style: Style }
+): readonly [output: string, state: ChunkRenderState] => {
+  if (chunk._tag === "Done") {
+    return [state.channel === null ? "" : "\n", initialChunkRenderState]
+  }
+  if (chunk.channel === "thought" && options.thoughts === "hide") return ["", state]
+  if (chunk.text === "") return ["", state]
+  let out = ""
+  if (state.channel !== chunk.channel) {
+    if (state.channel !== null && state.channel !== "answer") out += "\n"
+    if (chunk.channel === "thought" && !options.style.color) out += "[thought] "
+    if (chunk.channel === "tool") out += "[tool] "
+  }
+  out += chunk.channel === "thought" ? dim(options.style)(chunk.text) : chunk.text
+  return [out, { channel: chunk.channel }]
+}
+
+type Done = Extract<GenerateChunk, { readonly _tag: "Done" }>
+
+/** `32 tokens · prompt 57 (51 reused: continuation) · first token 41 ms · 88.1 tok/s · stop: maxTokens` */
+export const doneSummary = (done: Done): string => {
+  const { usage, timings } = done
+  const reused = usage.reusedTokens > 0 || usage.reuse !== "cold"
+    ? ` (${usage.reusedTokens} reused: ${usage.reuse})`
+    : " (cold)"
+  return [
+    `${usage.generatedTokens} tokens`,
+    `prompt ${usage.promptTokens}${reused}`,
+    `first token ${formatDuration(timings.firstTokenMillis)}`,
+    `${timings.decodeTokensPerSecond.toFixed(1)} tok/s`,
+    `total ${formatDuration(timings.totalMillis)}`,
+    `stop: ${done.stopReason}`
+  ].join(" · ")
+}
+
+const encodeChunk = Schema.encodeSync(GenerateChunkSchema)
+
+/**
+ * One `--json` event line: the chunk in its wire encoding (`{"_tag":"Text",...}`, then
+ * `{"_tag":"Done","stopReason",...,"usage":{...,"reuse"},"timings",...,"checkpoint"}`), plus the
+ * conversation id when there is one.
+ */
+export const jsonEvent = (chunk: GenerateChunk, conversation?: string): string =>
+  JSON.stringify(conversation === undefined ? encodeChunk(chunk) : { ...encodeChunk(chunk), conversation })
+
+// ---------------------------------------------------------------------------------------------
+// Tables
+// ---------------------------------------------------------------------------------------------
+
+/** Left-aligned columns (right-aligned where `right[i]`), two spaces apart, no trailing spaces. */
+export const table = (
+  header: ReadonlyArray<string>,
+  rows: ReadonlyArray<ReadonlyArray<string>>,
+  right: ReadonlyArray<boolean> = []
+): string => {
+  const all = [header, ...rows]
+  const widths = header.map((_, i) => Math.max(...all.map((row) => (row[i] ?? "").length)))
+  return all
+    .map((row) =>
+      widths
+        .map((width, i) => (right[i] === true ? (row[i] ?? "").padStart(width) : (row[i] ?? "").padEnd(width)))
+        .join("  ")
+        .trimEnd()
+    )
+    .join("\n")
+}
+
+/** `probability` as a percentage with enough digits to tell small ones apart. */
+export const formatProbability = (p: number): string =>
+  p >= 0.001 || p === 0 ? `${(p * 100).toFixed(1)}%` : `${(p * 100).toExponential(1)}%`
+
+/** The decision table: one row per label, heads in request order, labels by rank. */
+export const decideTable = (result: DecideResult): string =>
+  table(
+    ["head", "label", "probability", "rank", "log-likelihood"],
+    result.heads.flatMap((head) =>
+      [...head.labels]
+        .sort((a, b) => a.rank - b.rank)
+        .map((label) => [
+          head.name,
+          label.label,
+          formatProbability(label.probability),
+          String(label.rank),
+          label.logLikelihood.toFixed(3)
+        ])
+    ),
+    [false, false, true, true, true]
+  )
+
+export const decideFooter = (result: DecideResult): string =>
+  `prompt ${result.promptTokens} tokens · queued ${formatDuration(result.queueMillis)} · total ${formatDuration(result.totalMillis)}`
+
+// ---------------------------------------------------------------------------------------------
+// Readiness
+// ---------------------------------------------------------------------------------------------
+
+const stateStyle = (style: Style, state: Readiness["state"]) =>
+  state === "ready" ? green(style) : state === "failed" || state === "stopped" ? red(style) : yellow(style)
+
+/** A one-line readiness change for the server's log: `ready (engine 1, pid 4242, cpu)`. */
+export const readinessLine = (readiness: Readiness): string => {
+  const engine = readiness.engine
+  const facts = [
+    `engine ${engine.incarnation}`,
+    ...(engine.pid === null ? [] : [`pid ${engine.pid}`]),
+    ...(engine.backend === null ? [] : [engine.backend])
+  ].join(", ")
+  return `${readiness.state}${readiness.reason === null ? "" : `: ${readiness.reason}`} (${facts})`
+}
+
+/** The readable summary of `nativegen status`. */
+export const readinessSummary = (readiness: Readiness, style: Style): string => {
+  const lines: Array<string> = []
+  const engine = readiness.engine
+  lines.push(
+    `${bold(style)("state")}      ${stateStyle(style, readiness.state)(readiness.state)}${
+      readiness.reason === null ? "" : ` (${readiness.reason})`
+    }`
+  )
+  lines.push(
+    `${bold(style)("engine")}     incarnation ${engine.incarnation}${engine.pid === null ? "" : `, pid ${engine.pid}`}${
+      engine.backend === null ? "" : `, ${engine.backend}`
+    }${engine.nodeLlamaCppVersion === null ? "" : `, node-llama-cpp ${engine.nodeLlamaCppVersion}`}, up ${
+      formatDuration(engine.uptimeMillis)
+    }`
+  )
+  if (readiness.budget !== null) {
+    const b = readiness.budget
+    lines.push(
+      `${bold(style)("budget")}     ${b.device} (${b.kind}, from ${b.source}): ${formatBytes(b.chargedBytes)} charged of ${
+        formatBytes(b.budgetBytes)
+      }, ${formatBytes(b.freeBytes)} free${b.waiting > 0 ? `, ${b.waiting} waiting` : ""}`
+    )
+  }
+  const s = readiness.scheduler
+  lines.push(
+    `${bold(style)("scheduler")}  ${s.running} running, ${s.queued} queued, ${s.slots} slots, ${s.conversations} conversations`
+  )
+  if (readiness.roles.length > 0) {
+    lines.push("")
+    lines.push(table(
+      ["role", "model", "revision", "context", "cap", "limited by", "manifest"],
+      readiness.roles.map((role) => [
+        role.role,
+        modelName(role.modelPath),
+        role.revision === null ? "-" : String(role.revision),
+        role.admittedContext === null ? "-" : String(role.admittedContext),
+        role.contextCap === null ? "-" : String(role.contextCap),
+        role.limitedBy ?? "-",
+        role.manifestDigest === null ? "-" : shortDigest(role.manifestDigest)
+      ]),
+      [false, false, true, true, true, false, false]
+    ))
+  }
+  if (readiness.recoveryActions.length > 0) {
+    lines.push("")
+    lines.push("recovery actions:")
+    for (const action of readiness.recoveryActions) {
+      lines.push(`  ${action.at}  ${action.kind}: ${action.reason} -> ${action.outcome}`)
+    }
+  }
+  return lines.join("\n")
+}
+
+/** `sha256:7db657ca956e` from a full digest. */
+export const shortDigest = (digest: string): string => {
+  const [algorithm, hex] = digest.split(":")
+  return hex === undefined ? digest.slice(0, 19) : `${algorithm}:${hex.slice(0, 12)}`
+}
+
+/** The last path segment (the store names blobs by digest, so the role's model path is a blob path). */
+const modelName = (path: string): string => {
+  const base = path.split("/").pop() ?? path
+  return /^[0-9a-f]{64}$/.test(base) ? shortDigest(`sha256:${base}`) : base
+}
