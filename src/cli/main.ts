@@ -1,0 +1,51 @@
+/**
+ * The `nativegen` command line: `serve` runs the runtime and its socket server in the foreground;
+ * `chat`, `decide`, `status` and `store` talk to a running server through the RPC client; `keys`
+ * works locally. Every failure ends with one line on stderr and a non-zero exit code.
+ */
+import * as CliConfig from "@effect/cli/CliConfig"
+import * as Command from "@effect/cli/Command"
+import * as NodeContext from "@effect/platform-node/NodeContext"
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
+import * as Cause from "effect/Cause"
+import * as Console from "effect/Console"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
+import * as CliError from "./CliError.js"
+import * as Keys from "./Keys.js"
+import * as Terminal from "./Terminal.js"
+
+export const nativegen = Command.make("nativegen").pipe(
+  Command.withDescription("On-device LLM inference runtime: server, chat, decisions and the model store"),
+  Command.withSubcommands([Keys.command])
+)
+
+export const cli = Command.run(nativegen, { name: "nativegen", version: "0.1.0" })
+
+/** Runs the command line on `argv` (as `process.argv`); fails with the command's failure. */
+export const main = (argv: ReadonlyArray<string>) =>
+  cli(argv).pipe(
+    Effect.tapErrorCause((cause) =>
+      Option.match(CliError.reportLine(cause), { onNone: () => Effect.void, onSome: Console.error })
+    ),
+    Terminal.withPlainConsole,
+    Effect.provide(NodeContext.layer),
+    Effect.provide(CliConfig.layer({ showBuiltIns: false }))
+  )
+
+// A closed pipe (`nativegen chat ... | head`) ends the command quietly instead of crashing it.
+process.stdout.on("error", (error: NodeJS.ErrnoException) => {
+  if (error.code === "EPIPE") process.exit(0)
+  throw error
+})
+
+NodeRuntime.runMain(main(process.argv), {
+  disableErrorReporting: true,
+  teardown: (exit, onExit) =>
+    onExit(
+      Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)
+        ? Option.match(Cause.failureOption(exit.cause), { onNone: () => 1, onSome: CliError.exitCodeOf })
+        : 0
+    )
+})
