@@ -40,6 +40,7 @@ import {
   DeviceInfo,
   HeadScore,
   HelloInfo,
+  MemoryReading,
   LabelScore,
   type Lane,
   type LoadEvent,
@@ -193,6 +194,12 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       pid: process.pid,
       devices
     })
+  })
+
+  /** A real reading, not node-llama-cpp's memoryUsage (which repeats the plan's reservation). */
+  const memory = Effect.gen(function*() {
+    const vramUsedBytes = llama.gpu === false ? 0 : (yield* Effect.promise(() => llama.getVramState())).used
+    return new MemoryReading({ rssBytes: process.memoryUsage.rss(), vramUsedBytes })
   })
 
   const readInsights = (modelPath: string) =>
@@ -611,7 +618,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     yield* Effect.promise(() => llama.dispose())
   })
 
-  return { hello, plan, load, unload: unloadRole, tokenize, detokenize, render, begin, advance, end, score, dispose } as const
+  return { hello, memory, plan, load, unload: unloadRole, tokenize, detokenize, render, begin, advance, end, score, dispose } as const
 })
 
 export type Engine = Effect.Effect.Success<ReturnType<typeof makeEngine>>

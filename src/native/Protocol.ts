@@ -51,6 +51,13 @@ export class HelloInfo extends Schema.Class<HelloInfo>("HelloInfo")({
   devices: Schema.Array(DeviceInfo)
 }) {}
 
+/** What the child process really holds now: its resident set, and device memory in use (GPU). */
+export class MemoryReading extends Schema.Class<MemoryReading>("MemoryReading")({
+  rssBytes: Bytes,
+  /** VRAM in use on the child's GPU (all processes: the driver reports no per-process figure); 0 on CPU. */
+  vramUsedBytes: Bytes
+}) {}
+
 /** Native memory estimate split by where it lives. */
 export class MemoryEstimate extends Schema.Class<MemoryEstimate>("MemoryEstimate")({
   cpuBytes: Bytes,
@@ -129,6 +136,7 @@ export const HeadRequest = Schema.Struct({ name: Schema.String, labels: Schema.A
 
 export class EngineRpcs extends RpcGroup.make(
   Rpc.make("Hello", { success: HelloInfo }),
+  Rpc.make("Memory", { success: MemoryReading }),
   Rpc.make("Plan", {
     payload: { modelPath: Schema.String, contextSizes: Schema.Array(Schema.Int), sequences: Schema.Int },
     success: ModelPlan,

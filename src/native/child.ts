@@ -41,6 +41,7 @@ const main = Effect.gen(function*() {
   const engine = yield* Effect.acquireRelease(makeEngine(settings, faults), (engine) => engine.dispose)
   const Handlers = EngineRpcs.toLayer({
     Hello: () => engine.hello,
+    Memory: () => engine.memory,
     Plan: ({ contextSizes, modelPath, sequences }) => engine.plan(modelPath, contextSizes, sequences),
     Load: ({ contextSize, modelPath, role, sequences }) => engine.load(role, modelPath, contextSize, sequences),
     Unload: ({ role }) => engine.unload(role),

@@ -23,7 +23,7 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import type { DeviceInfo, Lane, ModelPlan, Role } from "../native/Protocol.js"
+import type { DeviceInfo, Lane, Role } from "../native/Protocol.js"
 import {
   type Admitted,
   candidateSizes,
@@ -44,7 +44,8 @@ import {
   RoleShortfall,
   WorkspaceTooLarge
 } from "./AdmissionError.js"
-import { NativeWorker, type WorkerError } from "./NativeWorker.js"
+import type { EngineError } from "../domain/EngineError.js"
+import { NativeWorker, type Planner, type WorkerAdmission, type WorkerError } from "./NativeWorker.js"
 
 export type { Admitted, AdmittedRole, LimitedBy, PlanMargin } from "./admission/ContextPlanner.js"
 export { LeaseKind } from "./AdmissionError.js"
@@ -199,11 +200,7 @@ export interface WorkspaceRequest {
 }
 
 /** The engine's native allocation plan: the NativeWorker's `plan`. */
-export type Planner = (
-  modelPath: string,
-  contextSizes: ReadonlyArray<number>,
-  sequences: number
-) => Effect.Effect<ModelPlan, WorkerError>
+export type { Planner }
 
 export class Admission extends Context.Tag("nativegen/Admission")<Admission, {
   readonly device: DeviceBudget
@@ -611,3 +608,70 @@ export const layer: Layer.Layer<Admission, DeviceNotFound, AdmissionConfig | Nat
 /** Admission for a fixed device and planner (tests, or a runtime that owns the inventory itself). */
 export const layerWith = (options: { readonly device: DeviceInfo; readonly plan: Planner }) =>
   Layer.effect(Admission, makeWith(options))
+
+/** Why admitting a worker's models failed before the service existed. */
+export type WorkerAdmissionError = EngineError | DeviceNotFound | ContextAdmissionFailed | InvalidContextCap | InsufficientDeviceMemory | InvalidCharge | RoleNotAdmitted
+
+/**
+ * Admission of a NativeWorker's own models. `hooks` go into the worker's configuration: on the
+ * first child's hello, the device budget is read from its inventory (once: a replacement child
+ * must not see the memory its dying predecessor still holds), each role's model is planned and its
+ * context admitted; every incarnation then charges both roles' resident memory in its own scope
+ * before loading, and reconciles with the child's measured growth after each role's warm-up.
+ * `admission` is the service, once the first admission has run (or its typed failure).
+ */
+export const forWorker = (roles: { readonly [R in Role]?: RoleRequest | undefined }) =>
+  Effect.gen(function*() {
+    const config = yield* AdmissionConfig
+    const ready = yield* Deferred.make<Admission["Type"], WorkerAdmissionError>()
+    let admission: Admission["Type"] | undefined
+    let planner: Planner | undefined
+    const resident = new Map<Role, { readonly weights: Lease; readonly kv: Lease }>()
+
+    const admitOnce = (hello: DeviceSource, plan: Planner) =>
+      Effect.gen(function*() {
+        planner = plan
+        if (admission === undefined) {
+          const device = yield* selectDevice(hello.backend, hello.devices)
+          admission = yield* makeWith({ device, plan: (path, sizes, sequences) => planner!(path, sizes, sequences) }).pipe(
+            Effect.provideService(AdmissionConfig, config)
+          )
+        }
+        const current = admission
+        const admitted = yield* Effect.flatMap(current.admitted, Option.match({
+          onNone: () => current.admitContexts(roles),
+          onSome: Effect.succeed
+        }))
+        return { current, admitted }
+      })
+
+    const hooks: WorkerAdmission = {
+      admit: (hello, plan) =>
+        Effect.gen(function*() {
+          const { admitted, current } = yield* admitOnce(hello, plan)
+          const contexts: { [R in Role]?: number } = {}
+          for (const role of admitted.roles) {
+            resident.set(role.role, yield* current.chargeResident(role.role))
+            contexts[role.role] = role.contextSize
+          }
+          yield* Deferred.succeed(ready, current)
+          return contexts
+        }).pipe(
+          // A child that died while planning is retried by the worker; every other failure is final.
+          Effect.tapError((e) => (e._tag === "EngineUnavailable" ? Effect.void : Deferred.fail(ready, e)))
+        ),
+      measured: (role, growth) =>
+        Effect.suspend(() => {
+          const leases = resident.get(role)
+          if (admission === undefined || leases === undefined) return Effect.void
+          const measured = admission.device.kind === "cpu" ? growth.rssBytes : growth.vramBytes
+          return Effect.flatMap(admission.reconcile(leases.kv, measured - leases.weights.bytes), () =>
+            Effect.logInfo("measured memory after load").pipe(
+              Effect.annotateLogs({ service: "Admission", role, measuredBytes: measured, chargedBytes: leases.weights.bytes + leases.kv.bytes })
+            ))
+        })
+    }
+    return { hooks, admission: Deferred.await(ready), admissionReady: ready } as const
+  })
+
+type DeviceSource = { readonly backend: string; readonly devices: ReadonlyArray<DeviceInfo> }

@@ -56,6 +56,37 @@ export interface RoleModel {
   readonly revision?: { readonly manifestDigest: string; readonly revision: number } | undefined
 }
 
+/** The engine's native allocation plan of a model over candidate context sizes, without loading it. */
+export type Planner = (
+  modelPath: string,
+  contextSizes: ReadonlyArray<number>,
+  sequences: number
+) => Effect.Effect<ModelPlan, WorkerError>
+
+/** Memory growth the child really showed across a role's load and warm-up. */
+export interface MeasuredGrowth {
+  readonly rssBytes: number
+  readonly vramBytes: number
+}
+
+/**
+ * Device admission of each incarnation's models (Admission.forWorker provides it). `admit` runs
+ * after hello and before any load, in the incarnation's scope: it charges what the roles will
+ * take and says which context to load each with. A refusal is not a child fault: the worker
+ * reports `failed` with its message and does not restart. `measured` follows each role's load.
+ */
+export interface WorkerAdmission {
+  readonly admit: (
+    hello: HelloInfo,
+    plan: Planner
+  ) => Effect.Effect<
+    { readonly [R in Role]?: number | undefined },
+    { readonly _tag: string; readonly message: string },
+    Scope.Scope
+  >
+  readonly measured: (role: Role, growth: MeasuredGrowth) => Effect.Effect<void>
+}
+
 export interface NativeWorkerConfigShape {
   readonly child: ChildSettings
   readonly models: { readonly [R in Role]?: RoleModel | undefined }
@@ -89,6 +120,8 @@ export interface NativeWorkerConfigShape {
    * observed (so a reap can never delete a file a live or dying child has mapped).
    */
   readonly childResources?: Effect.Effect<unknown, unknown, Scope.Scope> | undefined
+  /** Admission of each incarnation's models; without it, each role loads at its configured context. */
+  readonly admission?: WorkerAdmission | undefined
   /** The Node executable for children; overridable to test spawn failures. */
   readonly execPath?: string | undefined
 }
@@ -120,7 +153,7 @@ export type WorkerState = "starting" | "loading" | "warming" | "ready" | "repair
 
 export interface RecoveryAction {
   readonly at: Date
-  readonly kind: "exit" | "hang" | "protocol" | "start" | "budget" | "repair-request"
+  readonly kind: "exit" | "hang" | "protocol" | "start" | "admission" | "budget" | "repair-request"
   readonly reason: string
   readonly outcome: "replaced" | "failed" | "gave-up" | "pending"
 }
@@ -174,11 +207,7 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   /** A chat rendered through the role model's own template, ending with the assistant prompt, as exact tokens. */
   readonly render: (role: Role, messages: ReadonlyArray<ChatMessage>) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   /** The native allocation plan of a model over candidate context sizes, without loading it. */
-  readonly plan: (
-    modelPath: string,
-    contextSizes: ReadonlyArray<number>,
-    sequences: number
-  ) => Effect.Effect<ModelPlan, WorkerError>
+  readonly plan: Planner
   readonly readiness: Effect.Effect<WorkerReadiness>
   /** Readiness states as they change (the current one first). */
   readonly states: Stream.Stream<WorkerState>
@@ -280,15 +309,21 @@ export const make = Effect.gen(function*() {
         Effect.mapError((e) => new ChildFailed({ kind: "start", reason: e.message }))
       )
       const hello = yield* guarded(child, child.client.Hello(), config.startDeadline)
+      const contexts = config.admission === undefined ? {} : yield* config.admission.admit(hello, planOn(child)).pipe(
+        Scope.extend(scope),
+        // A child that failed while planning is a child fault (restart); anything else is a refusal.
+        Effect.mapError((e) => new ChildFailed({ kind: e._tag === "EngineUnavailable" ? "start" : "admission", reason: e.message }))
+      )
       yield* setState("loading")
       const models: Array<LoadedModel> = []
       for (const role of ["generation", "decision"] as const) {
         const model = config.models[role]
         if (model === undefined) continue
+        const before = yield* guarded(child, child.client.Memory())
         const loaded = yield* child.client.Load({
           role,
           modelPath: model.modelPath,
-          contextSize: model.contextSize,
+          contextSize: contexts[role] ?? model.contextSize,
           sequences: model.sequences ?? 1
         }).pipe(
           // The load deadline restarts with every progress event.
@@ -303,9 +338,17 @@ export const make = Effect.gen(function*() {
           return yield* new ChildFailed({ kind: "start", reason: `load of ${role} ended without a model` })
         }
         models.push(loaded)
+        yield* setState("warming")
+        // Warm-up touches the role's buffers, so the growth measured after it is real allocation.
+        yield* warm(child, loaded)
+        const after = yield* guarded(child, child.client.Memory())
+        if (config.admission !== undefined) {
+          yield* config.admission.measured(role, {
+            rssBytes: after.rssBytes - before.rssBytes,
+            vramBytes: after.vramUsedBytes - before.vramUsedBytes
+          })
+        }
       }
-      yield* setState("warming")
-      yield* warm(child, models)
       const incarnation: Incarnation = { number, child, scope, hello, models }
       // Watch the process: an exit while serving is a failure (stopping on purpose interrupts this first).
       yield* child.exited.pipe(
@@ -331,35 +374,37 @@ export const make = Effect.gen(function*() {
     )
   })
 
-  /** One tiny generation and one score: proves both roles work before the child takes requests. */
-  const warm = (child: EngineChild, models: ReadonlyArray<LoadedModel>) =>
+  /** One tiny generation, or one score: proves a role works before the child takes requests. */
+  const warm = (child: EngineChild, model: LoadedModel) =>
     Effect.gen(function*() {
-      for (const model of models) {
-        const prompt = yield* guarded(child, child.client.Render({ role: model.role, messages: [{ role: "user", content: "hi" }] }))
-        if (model.role === "generation") {
-          const generationId = `warm-${Crypto.randomUUID()}`
-          yield* guarded(child, child.client.Begin({
-            generationId,
-            lane: "foreground",
-            sequence: 0,
-            prompt,
-            sampling: { temperature: 0 },
-            maxTokens: 1,
-            stopTokens: [],
-            prefillChunk: config.prefillChunk
-          }))
-          yield* guarded(child, Stream.runDrain(child.client.Advance({ generationId, fromIndex: 0 })))
-          yield* guarded(child, child.client.End({ generationId }))
-        } else {
-          yield* guarded(child, child.client.Score({ prompt, heads: [{ name: "warm-up", labels: ["yes", "no"] }] }))
-        }
+      const prompt = yield* guarded(child, child.client.Render({ role: model.role, messages: [{ role: "user", content: "hi" }] }))
+      if (model.role === "generation") {
+        const generationId = `warm-${Crypto.randomUUID()}`
+        yield* guarded(child, child.client.Begin({
+          generationId,
+          lane: "foreground",
+          sequence: 0,
+          prompt,
+          sampling: { temperature: 0 },
+          maxTokens: 1,
+          stopTokens: [],
+          prefillChunk: config.prefillChunk
+        }))
+        yield* guarded(child, Stream.runDrain(child.client.Advance({ generationId, fromIndex: 0 })))
+        yield* guarded(child, child.client.End({ generationId }))
+      } else {
+        yield* guarded(child, child.client.Score({ prompt, heads: [{ name: "warm-up", labels: ["yes", "no"] }] }))
       }
     }).pipe(
       Effect.catchIf(
         (e): e is Exclude<typeof e, ChildFailed> => e._tag !== "ChildFailed",
-        (e) => Effect.fail(new ChildFailed({ kind: "start", reason: `warm-up failed: ${e.message}` }))
+        (e) => Effect.fail(new ChildFailed({ kind: "start", reason: `warm-up of ${model.role} failed: ${e.message}` }))
       )
     )
+
+  /** Plans on a child that is starting (it is not `ready` yet, so `plan` cannot be used). */
+  const planOn = (child: EngineChild): Planner => (modelPath, contextSizes, sequences) =>
+    unavailable(guarded(child, child.client.Plan({ modelPath, contextSizes, sequences })))
 
   /**
    * Stops an incarnation. A broken child goes straight to SIGTERM/SIGKILL and its exit is observed
@@ -388,6 +433,13 @@ export const make = Effect.gen(function*() {
             Effect.zipRight(repairNow("backoff expired")),
             Effect.forkIn(workerScope)
           )
+          return
+        }
+        if (last.kind === "admission") {
+          // Admission refuses deterministically: restarting would only repeat it. repair() tries again.
+          yield* SubscriptionRef.set(status, { state: "failed", reason: last.reason, current: undefined })
+          yield* logAction({ kind: "admission", reason: last.reason, outcome: "gave-up" })
+          yield* Effect.logError(last.reason)
           return
         }
         yield* setState("repairing", last.reason)

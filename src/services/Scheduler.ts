@@ -1,0 +1,182 @@
+/**
+ * Scheduler: who gets the engine, and when. Engine work is cut into steps (prefill chunks, decode
+ * steps, one decision score) that the engine child's step gate runs one at a time in lane order
+ * (decision, foreground, utility, preparation), so a decision request runs at the next step
+ * boundary of a running generation. On the host, the Scheduler admits each request before its
+ * first step: a generation waits (in lane order, FIFO within a lane) for a sequence of the
+ * generation context (conversations keep theirs; see scheduler/SlotPool.ts), then for a ready
+ * engine, then for its workspace charge through Admission; a decision waits for the engine and
+ * its workspace. All of it is bounded: a queue length (QueueFull at once) and a queue timeout
+ * (QueueTimeout); nothing is dropped silently. Everything is held for the caller's scope, so
+ * interrupting the caller frees the slot and the workspace lease.
+ */
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import { EngineUnavailable } from "../domain/EngineError.js"
+import type { Lane } from "../domain/Inference.js"
+import { Admission } from "./Admission.js"
+import type { WorkspaceTooLarge } from "./AdmissionError.js"
+import { NativeWorker } from "./NativeWorker.js"
+import { QueueFull, QueueTimeout } from "./ProviderError.js"
+import * as SlotPool from "./scheduler/SlotPool.js"
+
+const MiB = 1024 * 1024
+
+export interface SchedulerConfigShape {
+  /** Sequences (slots) of the generation context. Default 2. */
+  readonly slots: number
+  /** Requests that may wait at once (all lanes); one more is refused with QueueFull. Default 64. */
+  readonly maxQueued: number
+  /** How long a request may wait for its slot, the engine and its workspace. Default 60 s. */
+  readonly queueTimeout: Duration.Duration
+  /** Transient workspace charged per generation (sampling, logits, batch arrays). Default 16 MiB. */
+  readonly generationWorkspaceBytes: number
+  /** Transient workspace charged per decision head (its label rows of logits). Default 64 MiB. */
+  readonly decisionWorkspaceBytesPerHead: number
+}
+
+export class SchedulerConfig extends Context.Tag("nativegen/SchedulerConfig")<SchedulerConfig, SchedulerConfigShape>() {
+  static readonly defaults: SchedulerConfigShape = {
+    slots: 2,
+    maxQueued: 64,
+    queueTimeout: Duration.seconds(60),
+    generationWorkspaceBytes: 16 * MiB,
+    decisionWorkspaceBytesPerHead: 64 * MiB
+  }
+  static readonly layer = (config: Partial<SchedulerConfigShape> = {}) =>
+    Layer.succeed(SchedulerConfig, { ...SchedulerConfig.defaults, ...config })
+}
+
+export interface GenerationTicket {
+  readonly lane: Exclude<Lane, "decision">
+  /** Request id, shown in status and errors. */
+  readonly label: string
+  readonly conversation?: string | undefined
+}
+
+export interface GenerationGrant {
+  readonly slot: number
+  /** A conversation whose slot this request took over. */
+  readonly evicted: string | undefined
+  readonly queuedMillis: number
+}
+
+export interface SchedulerStatus {
+  /** Requests admitted and not finished. */
+  readonly running: number
+  /** Requests waiting for a slot, the engine or workspace. */
+  readonly queued: number
+  readonly slots: number
+  /** Conversations that own a slot. */
+  readonly conversations: number
+}
+
+export type AdmitError = QueueFull | QueueTimeout | WorkspaceTooLarge | EngineUnavailable
+
+export class Scheduler extends Context.Tag("nativegen/Scheduler")<Scheduler, {
+  /** Admits a generation: slot, ready engine, workspace; all held until the scope closes. */
+  readonly generation: (ticket: GenerationTicket) => Effect.Effect<GenerationGrant, AdmitError, Scope.Scope>
+  /** Admits a decision request of `heads` heads: ready engine and workspace, held for the scope. */
+  readonly decision: (label: string, heads: number) => Effect.Effect<{ readonly queuedMillis: number }, AdmitError, Scope.Scope>
+  /** The slot a conversation owns now. */
+  readonly slotOf: (conversation: string) => number | undefined
+  readonly status: Effect.Effect<SchedulerStatus>
+}>() {}
+
+export const make = Effect.gen(function*() {
+  const config = yield* SchedulerConfig
+  const worker = yield* NativeWorker
+  const admission = yield* Admission
+  for (const [name, value] of Object.entries({
+    slots: config.slots,
+    maxQueued: config.maxQueued,
+    generationWorkspaceBytes: config.generationWorkspaceBytes,
+    decisionWorkspaceBytesPerHead: config.decisionWorkspaceBytesPerHead
+  })) {
+    if (!Number.isSafeInteger(value) || value <= 0) return yield* Effect.dieMessage(`invalid scheduler ${name} ${value}: must be a positive integer`)
+  }
+  const slots = yield* SlotPool.make(config.slots)
+  let queued = 0
+  let running = 0
+
+  /** Waits for a ready engine; a worker that has given up fails at once with its reason. */
+  const engineReady = worker.states.pipe(
+    Stream.filter((s) => s === "ready" || s === "failed" || s === "stopped"),
+    Stream.runHead,
+    Effect.flatMap((state) =>
+      Option.contains(state, "ready")
+        ? Effect.void
+        : Effect.flatMap(worker.readiness, (r) => Effect.fail(new EngineUnavailable({ reason: r.reason ?? r.state })))
+    )
+  )
+
+  /**
+   * Runs `wait` as a queued request: refused when the queue is full, failed with QueueTimeout
+   * (naming what it was waiting for) when it waits too long, then counted as running for the scope.
+   */
+  const queue = <A, E>(
+    lane: Lane,
+    wait: (stage: (waitingFor: string) => Effect.Effect<void>) => Effect.Effect<A, E, Scope.Scope>
+  ) =>
+    Effect.gen(function*() {
+      const start = yield* Clock.currentTimeMillis
+      const entered = yield* Effect.sync(() => queued < config.maxQueued && ++queued > 0)
+      if (!entered) return yield* new QueueFull({ lane, limit: config.maxQueued })
+      let waitingFor = "a slot"
+      const result = yield* wait((next) => Effect.sync(() => void (waitingFor = next))).pipe(
+        Effect.timeoutFail({
+          duration: config.queueTimeout,
+          onTimeout: () =>
+            new QueueTimeout({ lane, waitedMillis: Duration.toMillis(config.queueTimeout), reason: `waiting for ${waitingFor}` })
+        }),
+        Effect.ensuring(Effect.sync(() => queued--))
+      )
+      yield* Effect.acquireRelease(Effect.sync(() => running++), () => Effect.sync(() => running--))
+      return { result, queuedMillis: (yield* Clock.currentTimeMillis) - start }
+    })
+
+  // The configured sizes are validated above, so an invalid charge is a defect.
+  const workspace = (lane: Lane, bytes: number, label: string) =>
+    Effect.catchTag(admission.workspace({ lane, bytes, label }), "InvalidCharge", Effect.die)
+
+  const generation = (ticket: GenerationTicket) =>
+    Effect.map(
+      queue(ticket.lane, (stage) =>
+        Effect.gen(function*() {
+          const grant = yield* slots.acquire({ lane: ticket.lane, conversation: ticket.conversation })
+          yield* stage("a ready engine")
+          yield* engineReady
+          yield* stage("workspace memory")
+          yield* workspace(ticket.lane, config.generationWorkspaceBytes, ticket.label)
+          return grant
+        })),
+      ({ queuedMillis, result }): GenerationGrant => ({ slot: result.slot, evicted: result.evicted, queuedMillis })
+    )
+
+  const decision = (label: string, heads: number) =>
+    Effect.map(
+      queue("decision", (stage) =>
+        Effect.gen(function*() {
+          yield* stage("a ready engine")
+          yield* engineReady
+          yield* stage("workspace memory")
+          yield* workspace("decision", Math.max(1, heads) * config.decisionWorkspaceBytesPerHead, label)
+        })),
+      ({ queuedMillis }) => ({ queuedMillis })
+    )
+
+  return Scheduler.of({
+    generation,
+    decision,
+    slotOf: slots.slotOf,
+    status: Effect.map(slots.status, (s) => ({ running, queued, slots: s.slots, conversations: s.owned }))
+  })
+})
+
+export const layer: Layer.Layer<Scheduler, never, SchedulerConfig | NativeWorker | Admission> = Layer.effect(Scheduler, make)
