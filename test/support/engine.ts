@@ -3,6 +3,8 @@ import * as Duration from "effect/Duration"
 import * as Layer from "effect/Layer"
 import { ensureModel } from "../../fixtures/models.js"
 import * as NativeWorker from "../../src/services/NativeWorker.js"
+import * as Runtime from "../../src/layers/Runtime.js"
+import type { RuntimeOptions } from "../../src/layers/Runtime.js"
 
 export const testChild = { backend: "cpu", threads: 1, batchSize: 512 } as const
 
@@ -22,4 +24,14 @@ export const workerLayer = (overrides: Partial<NativeWorker.NativeWorkerConfigSh
         ...overrides
       })
     )
+  )
+
+/** The whole runtime (worker, admission, scheduler, provider) over tiny and decision, by path. */
+export const runtimeLayer = (options: Partial<RuntimeOptions> = {}) =>
+  Layer.fresh(
+    Runtime.layerWithModels({ generation: ensureModel("tiny"), decision: ensureModel("decision") }, {
+      ...options,
+      admission: { contextCap: { generation: 4096, decision: 1024 }, workspaceReservationBytes: 64 * 1024 * 1024, ...options.admission },
+      worker: { child: testChild, prefillChunk: 128, stopTimeout: Duration.seconds(3), ...options.worker }
+    })
   )
