@@ -84,7 +84,7 @@ const resolvePrivateKey = (given: Option.Option<string>) =>
     }
   })
 
-const decodeManifest = Schema.decodeUnknownEither(Manifest.Manifest)
+const decodeManifest = Schema.decodeUnknownEither(Manifest.Manifest, { errors: "all" })
 
 export interface SignInput {
   readonly modelPath: string
@@ -115,7 +115,16 @@ export const signModel = (input: SignInput) =>
         ...Option.match(input.expiresAt, { onNone: () => ({}), onSome: (d) => ({ expiresAt: d.toISOString() }) })
       }),
       {
-        onLeft: (e) => Effect.fail(new CliUsageError({ reason: `invalid manifest: ${ParseResult.TreeFormatter.formatErrorSync(e)}` })),
+        onLeft: (e) =>
+          Effect.fail(
+            new CliUsageError({
+              reason: `invalid manifest: ${
+                ParseResult.ArrayFormatter.formatErrorSync(e)
+                  .map((issue) => `${issue.path.join(".")}: ${issue.message}`)
+                  .join("; ")
+              }`
+            })
+          ),
         onRight: Effect.succeed
       }
     )
