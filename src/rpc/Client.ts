@@ -1,0 +1,241 @@
+/**
+ * The typed client: a layer that connects to a nativegen server's socket and offers the same
+ * `Provider` as the embedded runtime (so an application can swap one for the other), plus
+ * `RemoteStore` for the store operations.
+ *
+ * The remote Provider keeps the Provider's types: every ProviderError arrives as itself, and what
+ * only a remote call can meet is mapped onto the nearest ProviderError, naming the socket:
+ * a refused request (`TooManyConnections`, `TooManyRequests`) or a lost connection is
+ * `EngineUnavailable`; a lost connection after a generation delivered tokens is `GenerationFailed`
+ * (nothing is replayed); a request over the server's message limit is `InvalidRequest`. Readiness
+ * cannot fail: an unreachable server reads as state `failed` with the reason. `RemoteStore` keeps
+ * the RPC layer's own errors (`RpcLimitError`, `RemoteUnavailable`) next to the store's.
+ *
+ * Interrupting a call interrupts it on the server. The connection is re-established in the
+ * background after it drops (calls in between fail with `EngineUnavailable`/`RemoteUnavailable`).
+ */
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import * as RpcClient from "@effect/rpc/RpcClient"
+import type { RpcClientError } from "@effect/rpc/RpcClientError"
+import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import * as Cause from "effect/Cause"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import * as Net from "node:net"
+import * as Path from "node:path"
+import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
+import type { Readiness } from "../domain/Inference.js"
+import { Provider } from "../services/Provider.js"
+import { InvalidRequest, type ProviderError } from "../services/ProviderError.js"
+import type { StoreError } from "../services/StoreError.js"
+import type { Activation, ImportEvent, ImportRequest, Listing, ReapReport, VerifiedBlob } from "./Api.js"
+import { NativegenRpcs } from "./Api.js"
+import { ConnectError, RemoteUnavailable, type RpcLimitError } from "./RpcError.js"
+
+export { ConnectError, RemoteUnavailable } from "./RpcError.js"
+
+/** What a remote store operation can fail with. */
+export type RemoteStoreError = StoreError | RpcLimitError | RemoteUnavailable
+
+/** The model store of a remote server. */
+export class RemoteStore extends Context.Tag("nativegen/RemoteStore")<RemoteStore, {
+  /** The server's socket. */
+  readonly socketPath: string
+  /** Every active manifest and every published blob. */
+  readonly list: Effect.Effect<Listing, RemoteStoreError>
+  /**
+   * Imports a model file on the server's machine (`path`, absolute) under a signed manifest:
+   * `Verified`, `Progress` while copying, `Staged`, and last `Activated`. Interrupt to cancel.
+   */
+  readonly import: (request: ImportRequest) => Stream.Stream<ImportEvent, RemoteStoreError>
+  /** Re-hashes a published blob (a corrupt one is quarantined on the server). */
+  readonly verify: (digest: string) => Effect.Effect<VerifiedBlob, RemoteStoreError>
+  /** Activates a signed manifest (its JSON text) whose artifacts are in the store. */
+  readonly activate: (
+    manifest: string,
+    options?: { readonly device?: string; readonly allowRollback?: boolean }
+  ) => Effect.Effect<Activation, RemoteStoreError>
+  /** Removes unreferenced, unleased blobs older than the grace (default: the server's). */
+  readonly reap: (options?: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, RemoteStoreError>
+}>() {}
+
+export type NativegenClient = RpcClient.FromGroup<typeof NativegenRpcs, RpcClientError>
+
+const describe = (error: RpcClientError): string => {
+  const cause = error.cause instanceof Error ? `: ${error.cause.message}` : ""
+  return `${error.message}${cause}`
+}
+
+/** The server interrupted the request (it is shutting down): not the caller's interruption. */
+const serverInterrupted = "the server interrupted the request (it is shutting down)"
+
+/** Turns an interruption that came from the server into a failure; the caller's own interruption stays one. */
+const failInterruption = <E>(onInterrupt: () => E) => <A, E1, R>(self: Effect.Effect<A, E1, R>): Effect.Effect<A, E1 | E, R> =>
+  Effect.catchAllCause(self, (cause): Effect.Effect<never, E1 | E> =>
+    Cause.isInterruptedOnly(cause) ? Effect.fail(onInterrupt()) : Effect.failCause(cause))
+
+const failStreamInterruption = <E>(onInterrupt: () => E) => <A, E1, R>(self: Stream.Stream<A, E1, R>): Stream.Stream<A, E1 | E, R> =>
+  Stream.catchAllCause(self, (cause): Stream.Stream<never, E1 | E> =>
+    Cause.isInterruptedOnly(cause) ? Stream.fail(onInterrupt()) : Stream.failCause(cause))
+
+/** A readiness that says the server cannot be reached. */
+export const unreachable = (socketPath: string, reason: string): Readiness => ({
+  state: "failed",
+  reason: `the nativegen server on ${socketPath} is unreachable: ${reason}`,
+  engine: { incarnation: 0, pid: null, backend: null, nodeLlamaCppVersion: null, uptimeMillis: 0 },
+  budget: null,
+  roles: [],
+  scheduler: { running: 0, queued: 0, slots: 0, conversations: 0 },
+  recoveryActions: []
+})
+
+/** The Provider over a client of `socketPath`. */
+export const makeProvider = (client: NativegenClient, socketPath: string): Provider["Type"] => {
+  const unavailable = (reason: string) => new EngineUnavailable({ reason: `remote server ${socketPath}: ${reason}` })
+  const toProviderError = (error: ProviderError | RpcLimitError | RpcClientError): ProviderError => {
+    switch (error._tag) {
+      case "TooManyConnections":
+      case "TooManyRequests":
+        return unavailable(error.message)
+      case "MessageTooLarge":
+        return new InvalidRequest({
+          field: "request",
+          value: `of at least ${error.size} bytes encoded`,
+          reason: `the server accepts messages of at most ${error.limit} bytes`
+        })
+      case "RpcClientError":
+        return unavailable(describe(error))
+      default:
+        return error
+    }
+  }
+  const call = <A>(self: Effect.Effect<A, ProviderError | RpcLimitError | RpcClientError>) =>
+    self.pipe(Effect.mapError(toProviderError), failInterruption(() => unavailable(serverInterrupted)))
+
+  const reasonOf = (cause: Cause.Cause<RpcLimitError | RpcClientError>): string => {
+    const failure = Cause.failureOption(cause)
+    if (failure._tag === "Some") return failure.value._tag === "RpcClientError" ? describe(failure.value) : failure.value.message
+    return Cause.isInterruptedOnly(cause) ? serverInterrupted : Cause.pretty(cause)
+  }
+
+  /** Subscribes again after a failure (the client reconnects); one `failed` readiness per outage. */
+  const watch = (announced: boolean): Stream.Stream<Readiness> =>
+    Stream.suspend(() => {
+      let received = false
+      return client.WatchReadiness().pipe(
+        Stream.tap(() => Effect.sync(() => void (received = true))),
+        Stream.catchAllCause((cause) => {
+          if (!Cause.isFailure(cause) && !Cause.isInterruptedOnly(cause)) return Stream.die(Cause.squash(cause))
+          const announce = received || !announced
+          return (announce ? Stream.make(unreachable(socketPath, reasonOf(cause))) : Stream.empty).pipe(
+            Stream.concat(Stream.execute(Effect.sleep(Duration.seconds(1)))),
+            Stream.concat(watch(true))
+          )
+        })
+      )
+    })
+
+  return Provider.of({
+    generate: (request) =>
+      Stream.suspend(() => {
+        let delivered = 0
+        return client.Generate(request).pipe(
+          Stream.tap((chunk) => Effect.sync(() => void (chunk._tag === "Text" && (delivered += chunk.tokens.length)))),
+          Stream.mapError((error): ProviderError =>
+            error._tag === "RpcClientError" && delivered > 0
+              ? new GenerationFailed({ deliveredTokens: delivered, reason: `remote server ${socketPath}: ${describe(error)}` })
+              : toProviderError(error)
+          ),
+          failStreamInterruption(() =>
+            delivered > 0
+              ? new GenerationFailed({ deliveredTokens: delivered, reason: `remote server ${socketPath}: ${serverInterrupted}` })
+              : unavailable(serverInterrupted)
+          )
+        )
+      }),
+    decide: (request) => call(client.Decide(request)),
+    count: (request) => call(client.Count(request)),
+    prepare: (request) => call(client.Prepare(request)),
+    readiness: client.Readiness().pipe(
+      Effect.catchAllCause((cause) =>
+        Cause.isFailure(cause) || Cause.isInterruptedOnly(cause)
+          ? Effect.succeed(unreachable(socketPath, reasonOf(cause)))
+          : Effect.die(Cause.squash(cause))
+      )
+    ),
+    readinessChanges: watch(false)
+  })
+}
+
+/** The RemoteStore over a client of `socketPath`. */
+export const makeRemoteStore = (client: NativegenClient, socketPath: string): RemoteStore["Type"] => {
+  const toError = (error: StoreError | RpcLimitError | RpcClientError): RemoteStoreError =>
+    error._tag === "RpcClientError" ? new RemoteUnavailable({ socketPath, reason: describe(error) }) : error
+  const interrupted = () => new RemoteUnavailable({ socketPath, reason: serverInterrupted })
+  const call = <A>(self: Effect.Effect<A, StoreError | RpcLimitError | RpcClientError>) =>
+    self.pipe(Effect.mapError(toError), failInterruption(interrupted))
+  return RemoteStore.of({
+    socketPath,
+    list: Effect.suspend(() => call(client.StoreList())),
+    import: (request) => client.StoreImport(request).pipe(Stream.mapError(toError), failStreamInterruption(interrupted)),
+    verify: (digest) => call(client.StoreVerify({ digest })),
+    activate: (manifest, options) => call(client.StoreActivate({ manifest, ...options })),
+    reap: (options) =>
+      call(client.StoreReap(options?.grace === undefined ? {} : { graceMillis: Math.round(Duration.toMillis(options.grace)) }))
+  })
+}
+
+/** Checks that something accepts connections on the socket. */
+const probe = (socketPath: string): Effect.Effect<void, ConnectError> =>
+  Effect.async<void, ConnectError>((resume) => {
+    const socket = Net.createConnection({ path: socketPath })
+    const finish = (result: Effect.Effect<void, ConnectError>) => {
+      socket.removeAllListeners()
+      socket.on("error", () => {})
+      socket.destroy()
+      resume(result)
+    }
+    socket.once("connect", () => finish(Effect.void))
+    socket.once("error", (cause: NodeJS.ErrnoException) => {
+      const reason = cause.code === "ENOENT"
+        ? "there is no socket (is the server running?)"
+        : cause.code === "ECONNREFUSED"
+        ? "nothing listens on the socket (the server is not running)"
+        : cause.code === "EACCES"
+        ? "permission denied"
+        : cause.message
+      finish(Effect.fail(new ConnectError({ socketPath, reason })))
+    })
+    return Effect.sync(() => {
+      socket.removeAllListeners()
+      socket.on("error", () => {})
+      socket.destroy()
+    })
+  })
+
+/** A client of the server on `socketPath`; fails with `ConnectError` when nothing accepts connections there. */
+export const make = (options: { readonly socketPath: string }) =>
+  Effect.gen(function*() {
+    const socketPath = Path.resolve(options.socketPath)
+    yield* probe(socketPath)
+    const protocol = yield* Layer.build(
+      RpcClient.layerProtocolSocket({ retryTransientErrors: false }).pipe(
+        Layer.provide(NodeSocket.layerNet({ path: socketPath })),
+        Layer.provide(RpcSerialization.layerNdjson)
+      )
+    ).pipe(Effect.mapError((error) => new ConnectError({ socketPath, reason: error.message })))
+    const client: NativegenClient = yield* RpcClient.make(NativegenRpcs, { spanPrefix: "NativegenClient" }).pipe(
+      Effect.provide(protocol)
+    )
+    return { client, socketPath }
+  })
+
+/** Provider and RemoteStore over the server on `options.socketPath`. */
+export const layer = (options: { socketPath: string }): Layer.Layer<Provider | RemoteStore, ConnectError> =>
+  Layer.scopedContext(Effect.map(make(options), ({ client, socketPath }) =>
+    Context.make(Provider, makeProvider(client, socketPath)).pipe(
+      Context.add(RemoteStore, makeRemoteStore(client, socketPath))
+    )))

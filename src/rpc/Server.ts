@@ -1,0 +1,168 @@
+/**
+ * The RPC server: `NativegenRpcs` over the Provider and the Store, on a Unix socket in a private
+ * directory (see `SocketDirectory`), with limits on message size, connections and in-flight
+ * requests per connection (see `Protocol`). Building the layer claims the socket and listens;
+ * closing its scope interrupts every request, closes every connection (forcibly after a short
+ * grace for a client that does not read), removes the socket and releases the lock.
+ */
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import * as NodeSocketServer from "@effect/platform-node/NodeSocketServer"
+import * as SocketServer from "@effect/platform/SocketServer"
+import * as RpcServer from "@effect/rpc/RpcServer"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import * as NodeFs from "node:fs"
+import type * as Net from "node:net"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import type { Provider } from "../services/Provider.js"
+import type { Store } from "../services/Store.js"
+import { NativegenRpcs } from "./Api.js"
+import * as Handlers from "./Handlers.js"
+import * as Protocol from "./Protocol.js"
+import { AlreadyRunning, ListenFailed, type ServerStartError } from "./RpcError.js"
+import * as SocketDirectory from "./SocketDirectory.js"
+
+export { AlreadyRunning, ListenFailed, SocketPathOccupied, UnsafeSocketDirectory } from "./RpcError.js"
+export type { ServerStartError } from "./RpcError.js"
+
+export interface ServerOptions {
+  /** The Unix socket. Its directory is created 0700 when absent, refused when it is not private. Default `defaultSocketPath()`. */
+  socketPath: string
+  /** Largest inbound message (one request, JSON-encoded) in bytes. Default 8 MiB. */
+  maxMessageBytes: number
+  /** Connections served at once; as many more may wait (their requests fail with `TooManyConnections`). Default 64. */
+  maxConnections: number
+  /** Requests (streams included) in flight on one connection; more fail with `TooManyRequests`. Default 64. */
+  maxInFlightPerConnection: number
+}
+
+/** `$XDG_RUNTIME_DIR/nativegen/nativegen.sock`, else `<tmpdir>/nativegen-<uid>/nativegen.sock`. */
+export const defaultSocketPath = (): string => {
+  const runtimeDir = process.env.XDG_RUNTIME_DIR
+  return runtimeDir !== undefined && runtimeDir !== "" && Path.isAbsolute(runtimeDir)
+    ? Path.join(runtimeDir, "nativegen", "nativegen.sock")
+    : Path.join(Os.tmpdir(), `nativegen-${process.getuid?.() ?? Os.userInfo().username}`, "nativegen.sock")
+}
+
+export const defaults: ServerOptions = {
+  socketPath: defaultSocketPath(),
+  maxMessageBytes: 8 * 1024 * 1024,
+  maxConnections: 64,
+  maxInFlightPerConnection: 64
+}
+
+/** How long closing waits for connections to drain before destroying them. */
+const closeGrace = "2 seconds"
+
+const checkOptions = (options: ServerOptions) =>
+  Effect.suspend(() => {
+    for (const key of ["maxMessageBytes", "maxConnections", "maxInFlightPerConnection"] as const) {
+      const value = options[key]
+      if (!Number.isSafeInteger(value) || value < 1) {
+        return Effect.dieMessage(`rpc server: ${key} must be a positive whole number, got ${value}`)
+      }
+    }
+    return Effect.void
+  })
+
+const codeOf = (cause: unknown): string | undefined =>
+  typeof cause === "object" && cause !== null && "code" in cause && typeof cause.code === "string" ? cause.code : undefined
+
+/**
+ * Claims the socket and listens on it. The returned server tracks its connections so that
+ * closing can destroy the ones that do not drain.
+ */
+const listen = (
+  options: ServerOptions
+): Effect.Effect<SocketServer.SocketServer["Type"], ServerStartError, Scope.Scope> =>
+  Effect.gen(function*() {
+    yield* checkOptions(options)
+    const socketPath = Path.resolve(options.socketPath)
+    if (Buffer.byteLength(socketPath) > SocketDirectory.maxSocketPathBytes) {
+      return yield* Effect.fail(
+        new ListenFailed({
+          socketPath,
+          operation: "bind",
+          cause: new Error(`a Unix socket path has at most ${SocketDirectory.maxSocketPathBytes} bytes`)
+        })
+      )
+    }
+    const directory = yield* SocketDirectory.prepare(socketPath)
+    yield* SocketDirectory.lock(socketPath)
+    yield* SocketDirectory.claim(socketPath)
+
+    // Runs after the listener closed (finalizers run in reverse): Node unlinks the socket on
+    // close; this covers a close that did not, and never removes a successor's socket.
+    let bound: NodeFs.Stats | undefined
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        if (bound === undefined) return
+        try {
+          const now = NodeFs.lstatSync(socketPath)
+          if (now.isSocket() && now.ino === bound.ino && now.dev === bound.dev) NodeFs.unlinkSync(socketPath)
+        } catch {
+          // Already gone.
+        }
+      })
+    )
+    const server = yield* NodeSocketServer.make({ path: socketPath }).pipe(
+      Effect.mapError((error) =>
+        codeOf(error.cause) === "EADDRINUSE"
+          ? new AlreadyRunning({ socketPath, reason: "the address is in use" })
+          : new ListenFailed({ socketPath, operation: "listen on", cause: error.cause })
+      )
+    )
+    bound = NodeFs.lstatSync(socketPath)
+    yield* SocketDirectory.secure(socketPath, directory)
+
+    const open = new Set<Net.Socket>()
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach(
+        open,
+        (conn) =>
+          Effect.async<void>((resume) => {
+            if (conn.closed) return resume(Effect.void)
+            conn.once("close", () => resume(Effect.void))
+          }),
+        { concurrency: "unbounded", discard: true }
+      ).pipe(
+        Effect.timeoutOption(closeGrace),
+        Effect.flatMap(() => Effect.sync(() => open.forEach((conn) => conn.destroy())))
+      )
+    )
+    yield* Effect.logInfo("rpc: listening").pipe(
+      Effect.annotateLogs({ service: "RpcServer", socketPath, ...Protocol.limitsOf(options) })
+    )
+    return SocketServer.SocketServer.of({
+      address: server.address,
+      run: (handler) =>
+        server.run((socket) =>
+          Effect.flatMap(Effect.serviceOption(NodeSocket.NetSocket), (conn) =>
+            Option.isNone(conn) ? handler(socket) : Effect.acquireUseRelease(
+              Effect.sync(() => open.add(conn.value)),
+              () => handler(socket),
+              () => Effect.sync(() => open.delete(conn.value))
+            ))
+        )
+    })
+  })
+
+/**
+ * Serves `NativegenRpcs` over the Provider and Store in context on `options.socketPath`. Fails
+ * to build with `AlreadyRunning` (a live server on the socket, or one holding its lock),
+ * `UnsafeSocketDirectory` (the directory is a symlink, not ours, or open to others),
+ * `SocketPathOccupied` (a non-socket on the path) or `ListenFailed`.
+ */
+export const layer = (options: ServerOptions): Layer.Layer<never, ServerStartError, Provider | Store> => {
+  const socketServer = Layer.scoped(SocketServer.SocketServer, listen(options))
+  const protocol = Layer.scoped(RpcServer.Protocol, Protocol.make(NativegenRpcs, Protocol.limitsOf(options))).pipe(
+    Layer.provide(socketServer)
+  )
+  return RpcServer.layer(NativegenRpcs, { disableFatalDefects: true, spanPrefix: "NativegenRpc" }).pipe(
+    Layer.provide(Handlers.layer),
+    Layer.provide(protocol)
+  )
+}
