@@ -211,7 +211,7 @@ describe("supervision", () => {
       Effect.gen(function*() {
         const r = yield* awaitReadiness((x) => x.state === "ready")
         assert.strictEqual(r.incarnation, 2)
-        assert.include(r.recoveryActions[0]!.reason, "warm-up failed")
+        assert.include(r.recoveryActions[0]!.reason, "warm-up of decision failed")
       }))
   })
 

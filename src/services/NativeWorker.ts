@@ -265,6 +265,13 @@ export const make = Effect.gen(function*() {
     call.pipe(
       // A call to a stuck child cannot be interrupted promptly (the interrupt waits on the child):
       // the deadline abandons it, and it ends when the child is stopped.
+      // A call cut off by its connection closing (the broken child's client is being torn down)
+      // ends as an interruption of the call alone: that is the child's failure, not the caller's.
+      Effect.catchAllCause((cause): Effect.Effect<A, E | ChildFailed> =>
+        Cause.isInterruptedOnly(cause)
+          ? Effect.fail(new ChildFailed({ kind: "protocol", reason: "the engine connection closed during the call" }))
+          : Effect.failCause(cause)
+      ),
       Effect.disconnect,
       Effect.timeoutFail({
         duration: deadline,
@@ -456,16 +463,23 @@ export const make = Effect.gen(function*() {
 
   /** Reports a failure of incarnation `number`; the first report repairs it, later ones find it done. */
   const onFailure = (number: number, failure: ChildFailed) =>
-    repairing.withPermits(1)(
-      Effect.gen(function*() {
-        const s = yield* SubscriptionRef.get(status)
-        if (s.current === undefined || s.current.number !== number) return
-        yield* Effect.logWarning(`engine child ${s.current.child.pid} failed (${failure.kind}): ${failure.reason}`)
-        yield* SubscriptionRef.set(status, { state: "repairing", reason: failure.reason, current: undefined })
-        yield* retire(s.current, true)
-        yield* restartLoop(failure)
-      })
-    ).pipe(Effect.forkIn(workerScope), Effect.asVoid)
+    Effect.gen(function*() {
+      // Taken out of service at once (not in the forked repair): a caller that retries after this
+      // returns waits for the replacement instead of finding the broken child still `ready`.
+      const broken = yield* SubscriptionRef.modify(status, (s): [Incarnation | undefined, Status] =>
+        s.current !== undefined && s.current.number === number
+          ? [s.current, { state: "repairing", reason: failure.reason, current: undefined }]
+          : [undefined, s]
+      )
+      if (broken === undefined) return
+      yield* repairing.withPermits(1)(
+        Effect.gen(function*() {
+          yield* Effect.logWarning(`engine child ${broken.child.pid} failed (${failure.kind}): ${failure.reason}`)
+          yield* retire(broken, true)
+          yield* restartLoop(failure)
+        })
+      ).pipe(Effect.forkIn(workerScope))
+    })
 
   const repairNow = (why: string) =>
     repairing.withPermits(1)(
@@ -508,33 +522,44 @@ export const make = Effect.gen(function*() {
       (e) => Effect.fail(new EngineUnavailable({ reason: e.reason }))
     ) as Effect.Effect<A, Exclude<E, ChildFailed> | EngineUnavailable>
 
-  const call = <A, E>(f: (incarnation: Incarnation) => Effect.Effect<A, E>) => unavailable(onReady(f))
+  /**
+   * Idempotent calls (and a generation's Begin, before anything was delivered) that were lost with
+   * their child are retried once on the replacement: a request that arrives just as the child dies,
+   * before the worker has noticed, waits for the repair instead of failing.
+   */
+  const retryOnce = <A, E>(self: Effect.Effect<A, E | ChildFailed>) => Effect.catchIf(self, isChildFailed, () => self)
+
+  const call = <A, E>(f: (incarnation: Incarnation) => Effect.Effect<A, E>) => unavailable(retryOnce(onReady(f)))
 
   const generate = (request: GenerateRequest): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
-        const incarnation = yield* ready
-        const { child } = incarnation
         const generationId = Crypto.randomUUID()
-        const { reusedTokens } = yield* unavailable(onReady(() =>
-          child.client.Begin({
-            generationId,
-            lane: request.lane ?? "foreground",
-            sequence: request.sequence ?? 0,
-            prompt: request.prompt,
-            sampling: request.sampling,
-            maxTokens: request.maxTokens,
-            stopTokens: request.stopTokens ?? [],
-            prefillChunk: config.prefillChunk
-          })
-        ))
+        const { incarnation, reusedTokens } = yield* unavailable(retryOnce(onReady((incarnation) =>
+          Effect.map(
+            incarnation.child.client.Begin({
+              generationId,
+              lane: request.lane ?? "foreground",
+              sequence: request.sequence ?? 0,
+              prompt: request.prompt,
+              sampling: request.sampling,
+              maxTokens: request.maxTokens,
+              stopTokens: request.stopTokens ?? [],
+              prefillChunk: config.prefillChunk
+            }),
+            ({ reusedTokens }) => ({ incarnation, reusedTokens })
+          )
+        )))
+        const { child } = incarnation
         yield* Effect.addFinalizer(() => Effect.ignore(guarded(child, child.client.End({ generationId }))))
         let delivered = 0
         const steps = child.client.Advance({ generationId, fromIndex: 0 }).pipe(
           Stream.catchSomeCause((cause) =>
-            Option.flatMap(Cause.dieOption(cause), (defect) =>
-              Socket.isSocketError(defect) ? Option.some(Stream.fail(new ChildFailed({ kind: "exit", reason: defect.message }))) : Option.none()
-            )
+            Cause.isInterruptedOnly(cause)
+              ? Option.some(Stream.fail(new ChildFailed({ kind: "protocol", reason: "the engine connection closed mid-stream" })))
+              : Option.flatMap(Cause.dieOption(cause), (defect) =>
+                Socket.isSocketError(defect) ? Option.some(Stream.fail(new ChildFailed({ kind: "exit", reason: defect.message }))) : Option.none()
+              )
           ),
           Stream.timeoutFail(
             () => new ChildFailed({ kind: "hang", reason: `no step for ${Duration.format(config.stepDeadline)}` }),
@@ -565,9 +590,8 @@ export const make = Effect.gen(function*() {
     )
 
   const score: NativeWorker["Type"]["score"] = (prompt, heads) => {
-    const attempt = onReady((incarnation) => incarnation.child.client.Score({ prompt, heads }))
     // Scoring is idempotent: a score lost with its child is retried once on the replacement.
-    return unavailable(Effect.catchTag(attempt as Effect.Effect<ReadonlyArray<HeadScore>, EngineError | EngineUnavailable | ChildFailed>, "ChildFailed", () => attempt))
+    return call((incarnation) => incarnation.child.client.Score({ prompt, heads }))
   }
 
   const readiness = Effect.gen(function*() {
