@@ -95,6 +95,20 @@ export const progressLine = (state: ProgressState, width = 24): string => {
 // Chat
 // ---------------------------------------------------------------------------------------------
 
+/**
+ * Generated text made safe for a terminal: C0 and C1 control characters other than line feed and
+ * tab (escape sequences among them) become their visible Unicode control pictures (U+2400 + code)
+ * or U+FFFD, so a model cannot move the cursor, recolour or retitle the user's terminal.
+ */
+export const printable = (text: string): string =>
+  text.replace(
+    /[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g,
+    (c) => {
+      const code = c.charCodeAt(0)
+      return code < 0x20 ? String.fromCharCode(0x2400 + code) : code === 0x7f ? "\u2421" : "\ufffd"
+    }
+  )
+
 /** What happens to the thought channel: dimmed (plain text marked `[thought]` without colour), or hidden. */
 export type ThoughtMode = "show" | "hide"
 
@@ -106,7 +120,7 @@ export interface ChunkRenderState {
 export const initialChunkRenderState: ChunkRenderState = { channel: null }
 
 /**
- * Renders one streamed chunk for a terminal or a pipe. Answer text is written as is; thought text
+ * Renders one streamed chunk for a terminal or a pipe. Answer text is written as is (`printable`); thought text
  * is dimmed (or, without colour, opened by `[thought] ` and closed by a line break when the answer
  * starts) unless hidden; tool calls are opened by `[tool] `. The Done chunk closes an open channel
  * with a line break and writes nothing else (the summary is `doneSummary`).
@@ -127,7 +141,8 @@ export const renderChunk = (
     if (chunk.channel === "thought" && !options.style.color) out += "[thought] "
     if (chunk.channel === "tool") out += "[tool] "
   }
-  out += chunk.channel === "thought" ? dim(options.style)(chunk.text) : chunk.text
+  const text = printable(chunk.text)
+  out += chunk.channel === "thought" ? dim(options.style)(text) : text
   return [out, { channel: chunk.channel }]
 }
 
@@ -181,9 +196,9 @@ export const table = (
     .join("\n")
 }
 
-/** `probability` as a percentage with enough digits to tell small ones apart. */
+/** `probability` as a percentage: one decimal from 0.1%, two significant digits below. */
 export const formatProbability = (p: number): string =>
-  p >= 0.001 || p === 0 ? `${(p * 100).toFixed(1)}%` : `${(p * 100).toExponential(1)}%`
+  p >= 0.001 || p === 0 ? `${(p * 100).toFixed(1)}%` : `${(p * 100).toPrecision(2)}%`
 
 /** The decision table: one row per label, heads in request order, labels by rank. */
 export const decideTable = (result: DecideResult): string =>
@@ -224,8 +239,15 @@ export const readinessLine = (readiness: Readiness): string => {
   return `${readiness.state}${readiness.reason === null ? "" : `: ${readiness.reason}`} (${facts})`
 }
 
-/** The readable summary of `nativegen status`. */
-export const readinessSummary = (readiness: Readiness, style: Style): string => {
+/**
+ * The readable summary of `nativegen status`. `names` maps manifest digests to model names (from
+ * the store's listing); without a name, a role's model is shown by its file.
+ */
+export const readinessSummary = (
+  readiness: Readiness,
+  style: Style,
+  names: ReadonlyMap<string, string> = new Map()
+): string => {
   const lines: Array<string> = []
   const engine = readiness.engine
   lines.push(
@@ -258,7 +280,7 @@ export const readinessSummary = (readiness: Readiness, style: Style): string => 
       ["role", "model", "revision", "context", "cap", "limited by", "manifest"],
       readiness.roles.map((role) => [
         role.role,
-        modelName(role.modelPath),
+        (role.manifestDigest === null ? undefined : names.get(role.manifestDigest)) ?? modelName(role.modelPath),
         role.revision === null ? "-" : String(role.revision),
         role.admittedContext === null ? "-" : String(role.admittedContext),
         role.contextCap === null ? "-" : String(role.contextCap),

@@ -6,8 +6,7 @@
  * `--store-root` / `NATIVEGEN_STORE_ROOT`). The server creates and checks the socket's directory
  * (private, 0700: src/rpc/SocketDirectory.ts).
  */
-import * as Os from "node:os"
-import * as Path from "node:path"
+import * as Server from "../rpc/Server.js"
 import { StoreConfig } from "../services/Store.js"
 
 /** The environment variables the command line reads. */
@@ -16,30 +15,8 @@ export const env = {
   storeRoot: "NATIVEGEN_STORE_ROOT"
 } as const
 
-/** The socket's file name inside its directory. */
-export const socketFileName = "nativegen.sock"
-
-export interface Environment {
-  readonly XDG_RUNTIME_DIR?: string | undefined
-  readonly XDG_DATA_HOME?: string | undefined
-  readonly HOME?: string | undefined
-}
-
-/** Only absolute XDG paths count (the XDG base directory specification says to ignore relative ones). */
-const absolute = (value: string | undefined): string | undefined =>
-  value !== undefined && value !== "" && Path.isAbsolute(value) ? value : undefined
-
-/** The default socket path: `$XDG_RUNTIME_DIR/nativegen/nativegen.sock`, else `<tmpdir>/nativegen-<uid>/nativegen.sock`. */
-export const defaultSocketPath = (
-  environment: Environment = process.env,
-  uid: number = Os.userInfo().uid,
-  tmpdir: string = Os.tmpdir()
-): string => {
-  const runtimeDir = absolute(environment.XDG_RUNTIME_DIR)
-  return runtimeDir !== undefined
-    ? Path.join(runtimeDir, "nativegen", socketFileName)
-    : Path.join(tmpdir, `nativegen-${uid}`, socketFileName)
-}
+/** The default socket path (the server's own default): `$XDG_RUNTIME_DIR/nativegen/nativegen.sock`, else `<tmpdir>/nativegen-<uid>/nativegen.sock`. */
+export const defaultSocketPath = (): string => Server.defaultSocketPath()
 
 /** The default store root (the store's own default: `$XDG_DATA_HOME/nativegen/store`). */
 export const defaultStoreRoot = (): string => StoreConfig.defaults().root

@@ -13,12 +13,24 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as CliError from "./CliError.js"
+import * as Chat from "./Chat.js"
+import * as Decide from "./Decide.js"
 import * as Keys from "./Keys.js"
+import * as Serve from "./Serve.js"
+import * as Status from "./Status.js"
+import * as StoreCommands from "./StoreCommands.js"
 import * as Terminal from "./Terminal.js"
 
 export const nativegen = Command.make("nativegen").pipe(
   Command.withDescription("On-device LLM inference runtime: server, chat, decisions and the model store"),
-  Command.withSubcommands([Keys.command])
+  Command.withSubcommands([
+    Serve.command,
+    Chat.command,
+    Decide.command,
+    Status.command,
+    StoreCommands.command,
+    Keys.command
+  ])
 )
 
 export const cli = Command.run(nativegen, { name: "nativegen", version: "0.1.0" })

@@ -68,6 +68,14 @@ describe("Format", () => {
     assert.strictEqual(renderAll([text("thought", "only"), done], { thoughts: "hide", style: plain }), "")
   })
 
+  it("shows control characters in generated text as visible pictures", () => {
+    assert.strictEqual(Format.printable("a\u0014b\x1b[31mc\td\ne\u007f\u009b"), "a\u2414b\u241b[31mc\td\ne\u2421\ufffd")
+    assert.strictEqual(
+      renderAll([text("answer", "\x1b]0;pwned\x07"), done], { thoughts: "show", style: plain }),
+      "\u241b]0;pwned\u2407\n"
+    )
+  })
+
   it("summarises a Done chunk", () => {
     assert.strictEqual(
       Format.doneSummary(done as Extract<GenerateChunk, { _tag: "Done" }>),
@@ -112,7 +120,8 @@ describe("Format", () => {
         "sentiment  negative        25.0%     2          -2.500"
       ].join("\n")
     )
-    assert.strictEqual(Format.formatProbability(0.00001234), "1.2e-3%")
+    assert.strictEqual(Format.formatProbability(0.00001234), "0.0012%")
+    assert.strictEqual(Format.formatProbability(0.999), "99.9%")
   })
 
   it("summarises readiness", () => {
@@ -147,6 +156,8 @@ describe("Format", () => {
     assert.include(summary, "incarnation 1, pid 4242, cpu, node-llama-cpp 3.21.1, up 2.5 s")
     assert.include(summary, "cpu (cpu, from inventory): 100.0 MiB charged of 4.0 GiB, 3.0 GiB free")
     assert.include(summary, "generation  sha256:7d7d7d7d7d7d         1     2048  4096  trainedContext  sha256:abababababab")
+    const named = Format.readinessSummary(readiness, plain, new Map([[`sha256:${"ab".repeat(32)}`, "tiny"]]))
+    assert.match(named, /\ngeneration {2}tiny {2}\s+1 {5}2048 {2}4096 {2}trainedContext {2}sha256:abababababab$/m)
     assert.strictEqual(Format.readinessLine(readiness), "ready (engine 1, pid 4242, cpu)")
     assert.strictEqual(
       Format.readinessLine({ ...readiness, state: "loading", reason: "loading tiny", engine: { ...readiness.engine, pid: null } }),

@@ -1,0 +1,157 @@
+/**
+ * `nativegen serve`: the runtime (store with the packaged seed, engine child, admission,
+ * scheduler, provider) and the RPC server on a Unix socket, in the foreground. It logs where it
+ * keeps things, then each readiness change; SIGINT or SIGTERM interrupt it, and the layers'
+ * finalizers stop the engine child and remove the socket before the process exits.
+ *
+ * Settings come from flags, else the environment (`NATIVEGEN_*`, the same variables the services'
+ * configs read), else the defaults.
+ */
+import * as Command from "@effect/cli/Command"
+import * as Options from "@effect/cli/Options"
+import * as Config from "effect/Config"
+import * as ConfigProvider from "effect/ConfigProvider"
+import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import type { Readiness } from "../domain/Inference.js"
+import * as Runtime from "../layers/Runtime.js"
+import * as Server from "../rpc/Server.js"
+import * as Admission from "../services/Admission.js"
+import * as NativeWorker from "../services/NativeWorker.js"
+import { Provider } from "../services/Provider.js"
+import * as Scheduler from "../services/Scheduler.js"
+import { StoreConfig } from "../services/Store.js"
+import { CliFileError, reasonOf } from "./CliError.js"
+import * as Flags from "./Flags.js"
+import { readinessLine } from "./Format.js"
+import * as Paths from "./Paths.js"
+
+/** Engine threads when nothing says otherwise: half the logical CPUs (about the physical cores), at least 1. */
+export const defaultThreads = (parallelism: number = Os.availableParallelism()): number =>
+  Math.max(1, Math.floor(parallelism / 2))
+
+const backends = ["cpu", "cuda", "vulkan", "metal"] as const
+
+const positive = (name: string, env: string, description: string) =>
+  Options.integer(name).pipe(
+    Options.withDescription(`${description} (env ${env})`),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.integer(env)))
+  )
+
+export const options = {
+  socket: Flags.socket,
+  storeRoot: Options.text("store-root").pipe(
+    Options.withDescription(`Model store directory (env ${Paths.env.storeRoot}; default ${Paths.defaultStoreRoot()})`),
+    Options.withDefault(Paths.defaultStoreRoot()),
+    Options.withFallbackConfig(Config.string(Paths.env.storeRoot))
+  ),
+  trustKeys: Options.file("trust-key", { exists: "yes" }).pipe(
+    Options.withDescription(
+      "A PEM ed25519 public key (from `nativegen keys generate`) trusted to sign manifests; repeatable. " +
+        "Also NATIVEGEN_STORE_TRUSTED_KEYS (PEM texts, comma-separated). The seed's key is always trusted."
+    ),
+    Options.repeated
+  ),
+  threads: Options.integer("threads").pipe(
+    Options.withDescription(`Engine threads (env NATIVEGEN_THREADS; default ${defaultThreads()}, half the logical CPUs)`),
+    Options.withDefault(defaultThreads()),
+    Options.withFallbackConfig(Config.integer("NATIVEGEN_THREADS"))
+  ),
+  backend: Options.choice("backend", backends).pipe(
+    Options.withDescription("Engine backend (env NATIVEGEN_BACKEND)"),
+    Options.withDefault("cpu" as const),
+    Options.withFallbackConfig(Config.literal(...backends)("NATIVEGEN_BACKEND"))
+  ),
+  generationContext: positive(
+    "generation-context",
+    "NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP",
+    `Context cap of the generation model in tokens (default ${Admission.AdmissionConfig.defaults.contextCap.generation})`
+  ),
+  decisionContext: positive(
+    "decision-context",
+    "NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP",
+    `Context cap of the decision model in tokens (default ${Admission.AdmissionConfig.defaults.contextCap.decision})`
+  ),
+  slots: positive(
+    "slots",
+    "NATIVEGEN_SLOTS",
+    `Conversations kept in the generation context at once (default ${Scheduler.SchedulerConfig.defaults.slots})`
+  )
+}
+
+export interface ServeSettings {
+  readonly socket: string
+  readonly storeRoot: string
+  readonly trustKeys: ReadonlyArray<string>
+  readonly threads: number
+  readonly backend: typeof backends[number]
+  readonly generationContext: Option.Option<number>
+  readonly decisionContext: Option.Option<number>
+  readonly slots: Option.Option<number>
+}
+
+const storeEnv = ConfigProvider.fromEnv().pipe(ConfigProvider.constantCase, ConfigProvider.nested("NATIVEGEN_STORE"))
+
+const readKey = (path: string) =>
+  Effect.try({ try: () => Fs.readFileSync(path, "utf8"), catch: (cause) => new CliFileError({ path, reason: reasonOf(cause) }) })
+
+/** The runtime's options: the services' own env configs (NATIVEGEN_STORE_*, NATIVEGEN_ADMISSION_*), then the flags. */
+export const runtimeOptions = (settings: ServeSettings) =>
+  Effect.gen(function*() {
+    const store = yield* Effect.withConfigProvider(StoreConfig.config, storeEnv)
+    const admission = yield* Admission.AdmissionConfig.config
+    const keys = yield* Effect.forEach(settings.trustKeys, readKey)
+    const options: Partial<Runtime.RuntimeOptions> = {
+      store: { ...store, root: settings.storeRoot, trustedKeys: [...store.trustedKeys, ...keys] },
+      admission: {
+        ...admission,
+        contextCap: {
+          generation: Option.getOrElse(settings.generationContext, () => admission.contextCap.generation),
+          decision: Option.getOrElse(settings.decisionContext, () => admission.contextCap.decision)
+        }
+      },
+      worker: {
+        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend: settings.backend }
+      },
+      scheduler: Option.match(settings.slots, { onNone: () => ({}), onSome: (slots) => ({ slots }) })
+    }
+    return options
+  })
+
+const changeKey = (r: Readiness) => `${r.state}|${r.reason ?? ""}|${r.engine.incarnation}|${r.engine.pid ?? ""}`
+
+/** Runs the server until interrupted (SIGINT/SIGTERM through NodeRuntime.runMain). */
+export const serve = (settings: ServeSettings) =>
+  Effect.gen(function*() {
+    const options = yield* runtimeOptions(settings)
+    const socketPath = settings.socket
+    yield* Effect.logInfo(
+      `starting: store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ${settings.threads} threads`
+    )
+    const live = Server.layer({ ...Server.defaults, socketPath }).pipe(Layer.provideMerge(Runtime.layer(options)))
+    yield* Effect.gen(function*() {
+      const provider = yield* Provider
+      yield* Effect.logInfo(`listening on ${socketPath}`)
+      yield* provider.readinessChanges.pipe(
+        Stream.changesWith((a, b) => changeKey(a) === changeKey(b)),
+        Stream.runForEach((readiness) => Effect.logInfo(readinessLine(readiness)))
+      )
+      return yield* Effect.never
+    }).pipe(
+      Effect.onInterrupt(() => Effect.logInfo("stopping: engine and socket")),
+      Effect.provide(live),
+      Effect.onExit((exit) => Exit.isInterrupted(exit) ? Effect.logInfo("stopped") : Effect.void)
+    )
+  })
+
+export const command = Command.make("serve", options, serve).pipe(
+  Command.withDescription(
+    "Run the runtime and its server in the foreground (the packaged seed is imported on first use); Ctrl-C stops it"
+  )
+)
