@@ -13,7 +13,6 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
 import type {
-  Channel,
   ChatMessage,
   CountRequest,
   CountResult,
@@ -27,10 +26,9 @@ import type {
   StopReason
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
-import * as ChannelDecoder from "./ChannelDecoder.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { InvalidRequest, type ProviderError } from "./ProviderError.js"
-import * as StopStrings from "./provider/StopStrings.js"
+import { outputState } from "./provider/Output.js"
 import { Scheduler } from "./Scheduler.js"
 
 export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
@@ -81,51 +79,6 @@ const validateGenerate = (request: GenerateRequest) =>
       return yield* invalid("conversation", request.conversation, "must be 1 to 256 characters")
     }
   })
-
-/** Per-generation output state: channels, stop strings, the tokens behind text not yet emitted. */
-const outputState = (special: ChannelDecoder.ChannelTokens, stops: ReadonlyArray<string>) => {
-  const decoder = ChannelDecoder.make(special)
-  const matcher = StopStrings.make(stops)
-  let pendingTokens: Array<number> = []
-  let lastChannel: Channel = "answer"
-  const text = (channel: Channel, value: string, tokens: ReadonlyArray<number>): ReadonlyArray<GenerateChunk> =>
-    value.length === 0 && tokens.length === 0 ? [] : [{ _tag: "Text", channel, text: value, tokens }]
-
-  /** Stop strings apply to the answer channel; held-back answer text is released when the channel changes. */
-  const flushAnswer = (): ReadonlyArray<GenerateChunk> => {
-    const rest = matcher.flush()
-    const tokens = pendingTokens
-    pendingTokens = []
-    return text("answer", rest, tokens)
-  }
-
-  return {
-    /** Chunks for one generated token, and whether a stop string ended the output. */
-    token: (token: number, value: string): Either.Either<{ chunks: ReadonlyArray<GenerateChunk>; stopped: boolean }, ChannelDecoder.MalformedChannel> =>
-      Either.map(decoder.push(token, value), (pieces) => {
-        const chunks: Array<GenerateChunk> = []
-        for (const piece of pieces) {
-          if (piece.channel !== "answer") {
-            if (lastChannel === "answer") chunks.push(...flushAnswer())
-            chunks.push(...text(piece.channel, piece.text, piece.tokens))
-          } else {
-            pendingTokens.push(...piece.tokens)
-            const scan = matcher.push(piece.text)
-            if (scan.emit.length > 0 || scan.stopped) {
-              const tokens = scan.stopped ? [] : pendingTokens
-              chunks.push(...text("answer", scan.emit, tokens))
-              pendingTokens = []
-            }
-            if (scan.stopped) return { chunks, stopped: true }
-          }
-          lastChannel = piece.channel
-        }
-        return { chunks, stopped: false }
-      }),
-    finish: (): Either.Either<ReadonlyArray<GenerateChunk>, ChannelDecoder.MalformedChannel> =>
-      Either.map(decoder.finish(), () => flushAnswer())
-  }
-}
 
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })

@@ -1,0 +1,84 @@
+/**
+ * A generation's output through the Provider's output state, fed token sequences with the control
+ * tokens of the generated vocabulary: channels are separated without markers leaking, malformed
+ * boundaries are typed errors, stop strings end the answer (and only the answer), and the tokens
+ * behind every emitted chunk are accounted for.
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Either from "effect/Either"
+import type { GenerateChunk } from "../../src/domain/Inference.js"
+import { outputState } from "../../src/services/provider/Output.js"
+
+const special = { thinkOpen: 5, thinkClose: 6, toolOpen: 7, toolClose: 8 }
+const markers: Record<number, string> = { 5: "<think>", 6: "</think>", 7: "<tool_call>", 8: "</tool_call>" }
+
+/** Feeds (token, text) pairs; plain tokens are numbered from 100 with their text. */
+const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string> = []) => {
+  const output = outputState(special, stops)
+  const chunks: Array<GenerateChunk> = []
+  let next = 100
+  for (const piece of pieces) {
+    const token = typeof piece === "number" ? piece : next++
+    const result = output.token(token, typeof piece === "number" ? markers[piece]! : piece)
+    if (Either.isLeft(result)) return Either.left(result.left)
+    chunks.push(...result.right.chunks)
+    if (result.right.stopped) return Either.right({ chunks, stopped: true })
+  }
+  return Either.map(output.finish(), (rest) => ({ chunks: [...chunks, ...rest], stopped: false }))
+}
+
+/** Text per channel, concatenated in order of appearance. */
+const byChannel = (chunks: ReadonlyArray<GenerateChunk>) => {
+  const out: Record<string, string> = {}
+  for (const c of chunks) if (c._tag === "Text") out[c.channel] = (out[c.channel] ?? "") + c.text
+  return out
+}
+
+describe("generation output: channels and stop strings", () => {
+  it("separates thought, answer and tool output; no marker text leaks", () => {
+    const result = Either.getOrThrow(run([5, "let", " me", " think", 6, "The", " answer", 7, "{\"f\":1}", 8, " done"]))
+    assert.deepStrictEqual(byChannel(result.chunks), {
+      thought: "let me think",
+      answer: "The answer done",
+      tool: "{\"f\":1}"
+    })
+    for (const c of result.chunks) if (c._tag === "Text") assert.notMatch(c.text, /<\/?(think|tool_call)>/)
+    // Every plain token is behind exactly one chunk; markers are behind none.
+    const tokens = result.chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
+    assert.deepStrictEqual(tokens, [100, 101, 102, 103, 104, 105, 106])
+  })
+
+  it("rejects an unmatched closer, a nested opener and an unterminated channel with a typed error", () => {
+    const unmatched = run(["hi", 6])
+    assert.isTrue(Either.isLeft(unmatched))
+    if (Either.isLeft(unmatched)) assert.deepStrictEqual([unmatched.left.reason, unmatched.left.index], ["unmatchedCloser", 1])
+    const nested = run([5, "a", 5])
+    if (Either.isLeft(nested)) assert.strictEqual(nested.left.reason, "nestedOpener")
+    else assert.fail("nested opener accepted")
+    const open = run([7, "call"])
+    if (Either.isLeft(open)) {
+      assert.strictEqual(open.left.reason, "unterminated")
+      assert.match(open.left.message, /tool channel opened by <tool_call>/)
+    } else assert.fail("unterminated channel accepted")
+  })
+
+  it("a stop string split across tokens ends the answer before it; the held-back text is released otherwise", () => {
+    const stopped = Either.getOrThrow(run(["Hello", " wor", "ld", " END", "ING", " more"], [" ENDING"]))
+    assert.isTrue(stopped.stopped)
+    assert.strictEqual(byChannel(stopped.chunks).answer, "Hello world")
+    // " END" was held (it could start the stop string); it was not emitted, nor were its tokens.
+    const tokens = stopped.chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
+    assert.deepStrictEqual(tokens, [100, 101, 102])
+    const released = Either.getOrThrow(run(["Hello", " END", "ed"], [" ENDING"]))
+    assert.isFalse(released.stopped)
+    assert.strictEqual(byChannel(released.chunks).answer, "Hello ENDed")
+  })
+
+  it("stop strings apply to the answer only; held-back answer text is released when a channel opens", () => {
+    const result = Either.getOrThrow(run(["a", " ST", 5, "STOP inside thought", 6, "b"], ["STOP"]))
+    assert.isFalse(result.stopped)
+    assert.deepStrictEqual(byChannel(result.chunks), { answer: "a STb", thought: "STOP inside thought" })
+    // "a", " " (the "ST" that could start "STOP" is held), then "ST" released as the thought opens.
+    assert.deepStrictEqual(result.chunks.map((c) => (c._tag === "Text" ? c.channel : c._tag)), ["answer", "answer", "answer", "thought", "answer"])
+  })
+})
