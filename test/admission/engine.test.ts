@@ -5,15 +5,20 @@
  * the trained context are kept; the admitted contexts bound each request's tokens.
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Option from "effect/Option"
 import { ensureModel } from "../../fixtures/models.js"
 import * as Admission from "../../src/services/Admission.js"
 import { candidateSizes, contextCharge, weightsCharge } from "../../src/services/admission/ContextPlanner.js"
+import * as Runtime from "../../src/layers/Runtime.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
-import { workerLayer } from "../support/engine.js"
+import { Provider } from "../../src/services/Provider.js"
+import { testChild, workerLayer } from "../support/engine.js"
 
 const MiB = 1024 * 1024
 
@@ -29,10 +34,10 @@ const admissionWith = (c: Admission.AdmissionConfigShape) =>
   Admission.make.pipe(Effect.provideService(Admission.AdmissionConfig, c), Logger.withMinimumLogLevel(LogLevel.Warning))
 
 /** What context admission will charge a model at each candidate size, straight from the child's plan. */
-const needs = (modelPath: string, cap: number, c: Admission.AdmissionConfigShape) =>
+const needs = (modelPath: string, cap: number, c: Admission.AdmissionConfigShape, sequences = 1) =>
   Effect.gen(function*() {
     const worker = yield* NativeWorker
-    const plan = yield* worker.plan(modelPath, candidateSizes(cap, 8192), 1)
+    const plan = yield* worker.plan(modelPath, candidateSizes(cap, 8192), sequences)
     const weights = weightsCharge(plan, "cpu", c.planMargin)
     return new Map(plan.contexts.map((p) => [p.contextSize, weights + contextCharge(p, "cpu", c.planMargin)]))
   })
@@ -132,6 +137,70 @@ describe("Admission with a real engine child", () => {
         assert.strictEqual(admission.device.budgetBytes, Math.max(0, device.freeBytes - 512 * MiB))
         const admitted = yield* admission.admitContexts({ generation: { modelPath: generation }, decision: { modelPath: decision } })
         assert.deepStrictEqual(admitted.roles.map((r) => [r.role, r.contextSize]), [["decision", 4096], ["generation", 8192]])
+      }))
+
+    it.effect("the runtime loads each role at the context admission admits, charged before the load", () =>
+      Effect.gen(function*() {
+        const base = config({})
+        // The runtime's generation context has one sequence per scheduler slot (2 by default).
+        const gen = yield* needs(generation, 8192, base, 2)
+        const dec = yield* needs(decision, 1024, base)
+        const capBytes = dec.get(1024)! + gen.get(2048)! + base.workspaceReservationBytes
+        for (const [size, need] of gen) if (size > 2048) assert.isAbove(need, gen.get(2048)!, `size ${size}`)
+        const runtime = Runtime.layerWithModels({ generation, decision }, {
+          admission: { ...base, capBytes },
+          worker: { child: testChild, stopTimeout: Duration.seconds(3) }
+        })
+        yield* Effect.scoped(Effect.gen(function*() {
+          const context = yield* Layer.build(runtime)
+          const provider = Context.get(context, Provider)
+          const ready = yield* provider.readiness
+          assert.deepStrictEqual(ready.roles.map((r) => [r.role, r.admittedContext, r.contextCap, r.limitedBy]), [
+            ["generation", 2048, 8192, "budget"],
+            ["decision", 1024, 1024, "cap"]
+          ])
+          // What the child really loaded.
+          const worker = yield* Context.get(context, NativeWorker).readiness
+          assert.deepStrictEqual(worker.models.map((m) => [m.role, m.contextSize]), [["generation", 2048], ["decision", 1024]])
+          // Both roles are charged (with margin, which covered the measured growth), leaving the reservation.
+          assert.strictEqual(ready.budget?.budgetBytes, capBytes)
+          assert.strictEqual(ready.budget?.chargedBytes, capBytes - base.workspaceReservationBytes)
+          assert.strictEqual((yield* provider.count({ text: "x" })).admittedContext, 2048)
+        }))
+      }))
+
+    it.effect("a runtime whose budget fits nothing fails to start with what each role needed (no restart loop)", () =>
+      Effect.gen(function*() {
+        const base = config({})
+        const gen = yield* needs(generation, 8192, base, 2)
+        const dec = yield* needs(decision, 1024, base)
+        const capBytes = dec.get(256)! + gen.get(256)! + base.workspaceReservationBytes - 1
+        const runtime = Runtime.layerWithModels({ generation, decision }, {
+          admission: { ...base, capBytes },
+          worker: { child: testChild, stopTimeout: Duration.seconds(3) }
+        })
+        const error = yield* Effect.flip(Effect.scoped(Layer.build(runtime)))
+        assert.strictEqual(error._tag, "ContextAdmissionFailed")
+        assert.match(error.message, /no context fits the device: decision .* needs \d+ bytes .* at 256 tokens/)
+      }))
+
+    it.effect("measured growth above the charge is charged: with no plan margin, the child's real RSS growth raises the charge", () =>
+      Effect.gen(function*() {
+        const base = config({ planMargin: { ratio: 0, bytesPerModel: 0 } })
+        yield* Effect.scoped(Effect.gen(function*() {
+          const context = yield* Layer.build(Runtime.layerWithModels({ generation, decision }, {
+            admission: { ...base, capBytes: 2048 * MiB },
+            worker: { child: testChild, stopTimeout: Duration.seconds(3) }
+          }))
+          const status = yield* Context.get(context, Admission.Admission).status
+          const resident = status.admitted!.residentBytes
+          // The bare plan misses the process's per-load overhead (docs/decisions.md: 5-20 MiB).
+          assert.isAbove(status.chargedBytes, resident)
+          assert.strictEqual(status.byKind.kv.count, 2)
+          yield* Effect.sync(() =>
+            console.info(`bare plan ${(resident / MiB).toFixed(1)} MiB, charged after reconcile ${(status.chargedBytes / MiB).toFixed(1)} MiB`)
+          )
+        }))
       }))
   })
 })
