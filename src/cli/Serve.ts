@@ -20,6 +20,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import type { Readiness } from "../domain/Inference.js"
 import * as Runtime from "../layers/Runtime.js"
+import * as Client from "../rpc/Client.js"
 import * as Server from "../rpc/Server.js"
 import * as Admission from "../services/Admission.js"
 import * as NativeWorker from "../services/NativeWorker.js"
@@ -124,6 +125,18 @@ export const runtimeOptions = (settings: ServeSettings) =>
     return options
   })
 
+/**
+ * Fails fast when a server already answers on the socket, before the engine is started for
+ * nothing (the server's own lock still settles two servers starting at once).
+ */
+const refuseIfRunning = (socketPath: string) =>
+  Effect.scoped(Client.make({ socketPath })).pipe(
+    Effect.matchEffect({
+      onFailure: () => Effect.void,
+      onSuccess: () => Effect.fail(new Server.AlreadyRunning({ socketPath, reason: "a server accepts connections on it" }))
+    })
+  )
+
 const changeKey = (r: Readiness) => `${r.state}|${r.reason ?? ""}|${r.engine.incarnation}|${r.engine.pid ?? ""}`
 
 /** Runs the server until interrupted (SIGINT/SIGTERM through NodeRuntime.runMain). */
@@ -131,8 +144,9 @@ export const serve = (settings: ServeSettings) =>
   Effect.gen(function*() {
     const options = yield* runtimeOptions(settings)
     const socketPath = settings.socket
+    yield* refuseIfRunning(socketPath)
     yield* Effect.logInfo(
-      `starting: store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ${settings.threads} threads`
+      `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ${settings.threads} threads`
     )
     const live = Server.layer({ ...Server.defaults, socketPath }).pipe(Layer.provideMerge(Runtime.layer(options)))
     yield* Effect.gen(function*() {

@@ -1,11 +1,12 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { ensureModel, pinnedDigests } from "../../fixtures/models.js"
+import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
 import * as Signing from "../../src/services/store/Signing.js"
-import { makeHome, run } from "./support.js"
+import { bin, environment, makeHome, run } from "./support.js"
 
 describe("nativegen keys", () => {
   it.scoped("generate writes a key pair into the default key directory and says how to trust it", () =>
@@ -74,5 +75,25 @@ describe("nativegen keys", () => {
       assert.notInclude(help.stdout, "\x1b[")
       const bad = yield* run(["keys", "generate", "--nope"])
       assert.strictEqual(bad.code, 2)
+    }))
+})
+
+describe("the nativegen executable", () => {
+  it.effect("bin/nativegen.js is executable and `npx nativegen` runs it in the project directory", () =>
+    Effect.gen(function*() {
+      assert.strictEqual(Fs.statSync(bin).mode & 0o111, 0o111)
+      const result = yield* Effect.async<{ code: number | null; stdout: string }>((resume) => {
+        const child = ChildProcess.spawn("npx", ["--no-install", "nativegen", "--version"], {
+          cwd: projectRoot,
+          env: environment({}),
+          stdio: ["ignore", "pipe", "inherit"]
+        })
+        let stdout = ""
+        child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s))
+        child.on("close", (code) => resume(Effect.succeed({ code, stdout })))
+        return Effect.sync(() => void child.kill("SIGKILL"))
+      })
+      assert.strictEqual(result.code, 0)
+      assert.strictEqual(result.stdout.trim(), "0.1.0")
     }))
 })

@@ -1,0 +1,278 @@
+/**
+ * The command line as a user runs it: `npm start` (= `nativegen serve`) in its own process group
+ * with a private XDG home, then `nativegen status|chat|decide|store|keys` as separate processes
+ * against it, checking their real output; last, Ctrl-C (SIGINT to the group) stops the server,
+ * its engine child and removes the socket.
+ */
+import { assert, describe, it, layer } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Deferred from "effect/Deferred"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
+import { GenerateChunk, Readiness } from "../../src/domain/Inference.js"
+import { awaitGone, isAlive } from "../support/processes.js"
+import { environment, type Home, makeHome, run } from "./support.js"
+
+interface RunningServer {
+  readonly home: Home
+  readonly socket: string
+  readonly publicKey: string
+  readonly log: () => string
+  /** The `nativegen serve` process and its engine child. */
+  readonly servePid: number
+  readonly enginePid: number
+  /** Ctrl-C: SIGINT to the process group; waits for npm to exit. Idempotent. */
+  readonly stop: Effect.Effect<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
+}
+
+class TestServer extends Context.Tag("test/TestServer")<TestServer, RunningServer>() {}
+
+/** Small contexts and one thread: the machine has two cores and other suites run at once. */
+const serverEnv = {
+  NATIVEGEN_THREADS: "1",
+  NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: "1024",
+  NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP: "512"
+}
+
+const startServer = Effect.gen(function*() {
+  const home = yield* makeHome
+  const keys = yield* run(["keys", "generate"], { env: home.env })
+  assert.strictEqual(keys.code, 0, keys.stderr)
+  const keyDir = Path.join(home.env.XDG_DATA_HOME!, "nativegen", "keys")
+  const publicKey = Path.join(keyDir, Fs.readdirSync(keyDir).find((f) => f.endsWith(".pub"))!)
+  let output = ""
+  const exited = yield* Deferred.make<{ code: number | null; signal: NodeJS.Signals | null }>()
+  const npm = yield* Effect.acquireRelease(
+    Effect.sync(() => {
+      const child = ChildProcess.spawn("npm", ["start", "--", "--trust-key", publicKey], {
+        cwd: projectRoot,
+        env: environment({ ...home.env, ...serverEnv }),
+        stdio: ["ignore", "pipe", "pipe"],
+        detached: true
+      })
+      child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s))
+      child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s))
+      child.on("close", (code, signal) => Deferred.unsafeDone(exited, Effect.succeed({ code, signal })))
+      return child
+    }),
+    // Whatever the tests did, nothing outlives the suite: SIGINT, then SIGKILL to the group.
+    (child) =>
+      Effect.gen(function*() {
+        const group = -child.pid!
+        yield* Effect.sync(() => {
+          try {
+            process.kill(group, "SIGINT")
+          } catch {}
+        })
+        yield* Deferred.await(exited).pipe(
+          Effect.timeoutOption("20 seconds"),
+          Effect.zipRight(Effect.sync(() => {
+            try {
+              process.kill(group, "SIGKILL")
+            } catch {}
+          }))
+        )
+      })
+  )
+  // Readiness by the server's own log line: no fixed sleeps.
+  const ready = /ready \(engine 1, pid (\d+), cpu\)/
+  const match = yield* Effect.suspend(() => {
+    const m = ready.exec(output)
+    if (m !== null) return Effect.succeed(m)
+    return Deferred.isDone(exited).pipe(
+      Effect.flatMap((done) => done ? Effect.die(new Error(`the server exited:\n${output}`)) : Effect.fail("not yet"))
+    )
+  }).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("90 seconds"))), Effect.orDie)
+  const servePid = Number(/starting \(pid (\d+)\)/.exec(output)![1])
+  const stop = yield* Effect.cached(
+    Effect.sync(() => process.kill(-npm.pid!, "SIGINT")).pipe(Effect.zipRight(Deferred.await(exited)))
+  )
+  return {
+    home,
+    socket: Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock"),
+    publicKey,
+    log: () => output,
+    servePid,
+    enginePid: Number(match[1]),
+    stop
+  } satisfies RunningServer
+})
+
+const decodeChunk = Schema.decodeUnknownSync(Schema.extend(GenerateChunk, Schema.Struct({ conversation: Schema.String })))
+const decodeReadiness = Schema.decodeUnknownSync(Readiness)
+
+const lines = (text: string) => text.split("\n").filter((line) => line !== "")
+
+layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTestServices: true })("nativegen serve (npm start)", (it) => {
+  it.effect("imports and activates the seed, loads both roles and logs readiness", () =>
+    Effect.gen(function*() {
+      const server = yield* TestServer
+      const log = server.log()
+      assert.include(log, `listening on ${server.socket}`)
+      assert.match(log, /store: activated[\s\S]*model: (tiny|decision)/)
+      assert.isTrue(Fs.statSync(server.socket).isSocket())
+      assert.isTrue(isAlive(server.enginePid))
+    }))
+
+  it.effect("status shows readiness as a summary and as JSON", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const text = yield* run(["status"], { env: home.env })
+      assert.strictEqual(text.code, 0, text.stderr)
+      assert.match(text.stdout, /^state {6}ready$/m)
+      assert.match(text.stdout, /^generation {2}tiny\s+1\s+1024\s+1024\s+cap\s+sha256:[0-9a-f]{12}$/m)
+      assert.match(text.stdout, /^decision {4}decision\s+1\s+512\s+512\s+cap\s+sha256:[0-9a-f]{12}$/m)
+      const json = yield* run(["status", "--json"], { env: home.env })
+      assert.strictEqual(json.code, 0, json.stderr)
+      const readiness = decodeReadiness(JSON.parse(json.stdout))
+      assert.strictEqual(readiness.state, "ready")
+      assert.deepStrictEqual(readiness.roles.map((r) => [r.role, r.admittedContext]), [["generation", 1024], ["decision", 512]])
+    }))
+
+  it.effect("chat streams an answer and prints a usage summary; --json prints chunk events then Done", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const text = yield* run(["chat", "-t", "0", "-n", "8", "Hello there"], { env: home.env })
+      assert.strictEqual(text.code, 0, text.stderr)
+      assert.isTrue(text.stdout.endsWith("\n") && text.stdout.trim().length > 0)
+      assert.match(text.stderr, /^8 tokens · prompt \d+ \(.*\) · first token \d+ ms · [\d.]+ tok\/s · total .* · stop: maxTokens\n$/)
+      const json = yield* run(["chat", "-t", "0", "-n", "8", "--json", "Hello there"], { env: home.env })
+      assert.strictEqual(json.code, 0, json.stderr)
+      const events = lines(json.stdout).map((line) => decodeChunk(JSON.parse(line)))
+      const texts = events.filter((e) => e._tag === "Text")
+      const done = events.at(-1)!
+      assert.strictEqual(done._tag, "Done")
+      assert.strictEqual(texts.length + 1, events.length)
+      if (done._tag !== "Done") return
+      assert.strictEqual(done.usage.generatedTokens, 8)
+      assert.strictEqual(texts.reduce((n, t) => n + (t._tag === "Text" ? t.tokens.length : 0), 0), 8)
+      assert.isAbove(done.timings.totalMillis, 0)
+      // Greedy: the same prompt gives the same answer in both modes.
+      assert.strictEqual(
+        texts.map((t) => (t._tag === "Text" ? t.text : "")).join("").replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, "?"),
+        text.stdout.slice(0, -1).replace(/[\u2400-\u2421\ufffd]/g, "?")
+      )
+    }))
+
+  it.effect("interactive chat keeps the conversation: each turn resends the history and reuses the cache", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const result = yield* run(["chat", "-t", "0", "-n", "6", "--json"], {
+        env: home.env,
+        stdin: "Hello there\nTell me more\n"
+      })
+      assert.strictEqual(result.code, 0, result.stderr)
+      const dones = lines(result.stdout).map((line) => decodeChunk(JSON.parse(line))).filter((e) => e._tag === "Done")
+      assert.strictEqual(dones.length, 2)
+      const [first, second] = dones as [typeof dones[number] & { _tag: "Done" }, typeof dones[number] & { _tag: "Done" }]
+      assert.strictEqual(first.conversation, second.conversation)
+      // The second prompt holds the first turn (user, answer) and the new user turn.
+      assert.isAbove(second.usage.promptTokens, first.usage.promptTokens + first.usage.generatedTokens)
+      assert.isAtLeast(second.usage.reusedTokens, first.usage.promptTokens)
+      if (first.checkpoint !== undefined) {
+        assert.strictEqual(first.checkpoint.conversation, first.conversation)
+        assert.strictEqual(second.usage.reuse, "continuation")
+      }
+    }))
+
+  it.effect("decide prints labels, probabilities and ranks per head; --json the result", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const args = ["decide", "--prompt", "I love this product", "--head", "sentiment=positive,negative,neutral", "--head", "topic=shopping,weather"]
+      const text = yield* run(args, { env: home.env })
+      assert.strictEqual(text.code, 0, text.stderr)
+      const rows = lines(text.stdout)
+      assert.strictEqual(rows[0], "head       label     probability  rank  log-likelihood")
+      assert.strictEqual(rows.length, 6)
+      assert.deepStrictEqual(rows.slice(1).map((r) => r.split(/\s+/)[0]), ["sentiment", "sentiment", "sentiment", "topic", "topic"])
+      assert.deepStrictEqual(rows.slice(1).map((r) => r.split(/\s+/)[3]), ["1", "2", "3", "1", "2"])
+      assert.match(text.stderr, /^prompt \d+ tokens · queued .* · total .*\n$/)
+      const json = yield* run([...args, "--json"], { env: home.env })
+      const result = JSON.parse(json.stdout) as { heads: Array<{ name: string; labels: Array<{ probability: number }> }> }
+      for (const head of result.heads) {
+        assert.closeTo(head.labels.reduce((sum, l) => sum + l.probability, 0), 1, 1e-6)
+      }
+      const bad = yield* run(["decide", "--prompt", "x", "--head", "sentiment"], { env: home.env })
+      assert.strictEqual(bad.code, 2)
+      assert.include(bad.stderr, `--head "sentiment": expected NAME=LABEL,LABEL,...`)
+    }))
+
+  it.effect("store: import a model signed with your own key (progress with bytes and rate), list, verify, activate, reap", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const model = ensureModel("small")
+      const manifest = Path.join(home.dir, "my-small.manifest.json")
+      const signed = yield* run(["keys", "sign", "--name", "my-small", "--out", manifest, model], { env: home.env })
+      assert.strictEqual(signed.code, 0, signed.stderr)
+      const imported = yield* run(["store", "import", "--manifest", manifest, model], { env: home.env })
+      assert.strictEqual(imported.code, 0, imported.stderr)
+      assert.match(imported.stderr, /^verified my-small revision 1 \(generation\)$/m)
+      assert.match(imported.stderr, /^my-small {2}\[#{24}\] 100% {2}5\.3 MiB \/ 5\.3 MiB {2}[\d.]+ (KiB|MiB|GiB)\/s$/m)
+      assert.include(imported.stderr, `staged ${pinnedDigests.small}`)
+      assert.match(imported.stdout, /^activated my-small revision 1 \(generation\) on cpu: manifest sha256:[0-9a-f]{64}, signed by ed25519:/)
+      const list = yield* run(["store", "list"], { env: home.env })
+      assert.match(list.stdout, /^generation {2}my-small\s+1\s+cpu\s/m)
+      assert.include(list.stdout, pinnedDigests.small)
+      const listJson = JSON.parse((yield* run(["store", "list", "--json"], { env: home.env })).stdout) as {
+        active: Array<{ model: string }>
+      }
+      assert.deepStrictEqual(listJson.active.map((a) => a.model).sort(), ["decision", "my-small", "tiny"])
+      const verified = yield* run(["store", "verify", pinnedDigests.small], { env: home.env })
+      assert.strictEqual(verified.stdout, `ok ${pinnedDigests.small} (5.3 MiB)\n`)
+      const again = yield* run(["store", "activate", manifest], { env: home.env })
+      assert.match(again.stdout, /^my-small revision 1 \(generation\) on cpu was already active/)
+      const reaped = yield* run(["store", "reap", "--grace-seconds", "0"], { env: home.env })
+      assert.strictEqual(reaped.code, 0, reaped.stderr)
+      assert.match(reaped.stdout, /^removed 0 blobs \(0 B\), kept 0/)
+      const bad = yield* run(["store", "verify", "sha256:00"], { env: home.env })
+      assert.strictEqual(bad.code, 1)
+      assert.strictEqual(bad.stderr, `nativegen: invalid digest "sha256:00": expected 64 hex digits, got 2 characters\n`)
+    }))
+
+  it.effect("a second server on the same socket is refused at once, with one line", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const second = yield* run(["serve"], { env: { ...home.env, ...serverEnv } })
+      assert.strictEqual(second.code, 1)
+      assert.match(second.stderr, /^nativegen: a nativegen server is already running on .*nativegen\.sock \(.*\)\n$/m)
+      assert.notInclude(second.stdout + second.stderr, "store: activated")
+    }))
+
+  it.effect("Ctrl-C stops the server: the engine child is gone and the socket removed", () =>
+    Effect.gen(function*() {
+      const server = yield* TestServer
+      yield* server.stop
+      yield* awaitGone(server.servePid, "20 seconds")
+      yield* awaitGone(server.enginePid, "10 seconds")
+      assert.include(server.log(), "stopping: engine and socket")
+      assert.include(server.log(), "stopped")
+      assert.isFalse(Fs.existsSync(server.socket))
+    }))
+})
+
+describe("nativegen without a server", () => {
+  it.scoped("client commands fail with one line naming the socket", () =>
+    Effect.gen(function*() {
+      const home = yield* makeHome
+      const socket = Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock")
+      for (const args of [["status"], ["chat", "hi"], ["decide", "-p", "x", "--head", "a=b,c"], ["store", "list"]]) {
+        const result = yield* run(args, { env: home.env })
+        assert.strictEqual(result.code, 1, args.join(" "))
+        assert.strictEqual(
+          result.stderr,
+          `nativegen: cannot connect to a nativegen server on ${socket}: there is no socket (is the server running?)\n`
+        )
+        assert.strictEqual(result.stdout, "")
+      }
+      const elsewhere = yield* run(["status", "--socket", Path.join(home.dir, "other.sock")], { env: home.env })
+      assert.include(elsewhere.stderr, Path.join(home.dir, "other.sock"))
+      const fromEnv = yield* run(["status"], { env: { ...home.env, NATIVEGEN_SOCKET: Path.join(home.dir, "env.sock") } })
+      assert.include(fromEnv.stderr, Path.join(home.dir, "env.sock"))
+    }), { timeout: 60_000 })
+})
