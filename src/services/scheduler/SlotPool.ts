@@ -92,35 +92,41 @@ export const make = (slots: number): Effect.Effect<SlotPool> =>
     const waitingAtOrAbove = (lane: Lane) =>
       LANE_ORDER.slice(0, LANE_ORDER.indexOf(lane) + 1).some((l) => queues[l].length > 0)
 
-    const acquireGrant = (request: SlotRequest) =>
-      Effect.uninterruptibleMask((restore) =>
-        Effect.flatMap(Deferred.make<Grant>(), (deferred) => {
-          const now = waitingAtOrAbove(request.lane) ? undefined : pick(request)
-          if (now !== undefined) {
-            take(request, now)
-            return Effect.succeed(now)
-          }
-          const waiter: Waiter = { request, deferred }
-          queues[request.lane].push(waiter)
-          return restore(Deferred.await(deferred)).pipe(
-            Effect.onInterrupt(() =>
-              Effect.suspend(() => {
-                const queue = queues[request.lane]
-                const i = queue.indexOf(waiter)
-                if (i >= 0) {
-                  queue.splice(i, 1)
-                  return Effect.void
-                }
-                // Granted just as it was interrupted: give the slot back.
-                return Effect.flatMap(Deferred.await(deferred), (grant) => release(grant.slot))
-              })
-            )
+    /** Runs masked; only the wait is interruptible (`restore`). */
+    const acquireGrant = (
+      request: SlotRequest,
+      restore: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E, R>
+    ) =>
+      Effect.flatMap(Deferred.make<Grant>(), (deferred) => {
+        const now = waitingAtOrAbove(request.lane) ? undefined : pick(request)
+        if (now !== undefined) {
+          take(request, now)
+          return Effect.succeed(now)
+        }
+        const waiter: Waiter = { request, deferred }
+        queues[request.lane].push(waiter)
+        return restore(Deferred.await(deferred)).pipe(
+          Effect.onInterrupt(() =>
+            Effect.suspend(() => {
+              const queue = queues[request.lane]
+              const i = queue.indexOf(waiter)
+              if (i >= 0) {
+                queue.splice(i, 1)
+                return Effect.void
+              }
+              // Granted just as it was interrupted: give the slot back.
+              return Effect.flatMap(Deferred.await(deferred), (grant) => release(grant.slot))
+            })
           )
-        })
-      )
+        )
+      })
 
     return {
-      acquire: (request) => Effect.acquireRelease(acquireGrant(request), (grant) => release(grant.slot)),
+      // Not acquireRelease: its acquire is uninterruptible, so a queued waiter could not be interrupted.
+      acquire: (request) =>
+        Effect.uninterruptibleMask((restore) =>
+          Effect.tap(acquireGrant(request, restore), (grant) => Effect.addFinalizer(() => release(grant.slot)))
+        ),
       status: Effect.sync(() => ({
         busy: busy.size,
         waiting: LANE_ORDER.reduce((n, l) => n + queues[l].length, 0),
