@@ -7,6 +7,7 @@
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
 import * as Args from "@effect/cli/Args"
+import * as Config from "effect/Config"
 import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -22,6 +23,7 @@ import * as Signing from "../services/store/Signing.js"
 import { CliFileError, CliUsageError, reasonOf } from "./CliError.js"
 import { formatBytes } from "./Format.js"
 import * as Paths from "./Paths.js"
+import * as TrustedKeys from "./TrustedKeys.js"
 
 const readText = (path: string) =>
   Effect.try({ try: () => Fs.readFileSync(path, "utf8"), catch: (cause) => new CliFileError({ path, reason: reasonOf(cause) }) })
@@ -62,8 +64,7 @@ const checkGguf = (path: string) =>
     Effect.filterOrFail((ok) => ok, () => new CliFileError({ path, reason: "not a GGUF file (no GGUF magic)" }))
   )
 
-/** The default directory for key pairs: `$XDG_DATA_HOME/nativegen/keys`. */
-export const defaultKeyDir = (): string => Path.join(Path.dirname(Paths.defaultStoreRoot()), "keys")
+const defaultKeyDir = Paths.defaultKeyDir
 
 /** The private key to sign with: the given one, else the only `*.key` in the default key directory. */
 const resolvePrivateKey = (given: Option.Option<string>) =>
@@ -149,7 +150,7 @@ const generate = Command.make(
       const target = Option.getOrElse(dir, defaultKeyDir)
       const key = yield* generateKeys(target)
       yield* Console.log(`key ${key.keyId}`)
-      yield* Console.log(`public key   ${key.publicKeyPath}   (trust it: nativegen serve --trust-key ${key.publicKeyPath})`)
+      yield* Console.log(`public key   ${key.publicKeyPath}   (trust it: nativegen keys trust ${key.publicKeyPath})`)
       yield* Console.log(`private key  ${key.privateKeyPath}   (mode 0600; keep it private, never publish it)`)
     })
 ).pipe(Command.withDescription("Generate an ed25519 key pair for signing model manifests"))
@@ -206,7 +207,30 @@ const sign = Command.make(
     })
 ).pipe(Command.withDescription("Sign a GGUF model: write the signed manifest that `nativegen store import` takes"))
 
+const trust = Command.make(
+  "trust",
+  {
+    publicKey: Args.file({ name: "key.pub", exists: "yes" }).pipe(Args.withDescription("A PEM ed25519 public key")),
+    dir: Options.text("trusted-keys").pipe(
+      Options.withDescription(
+        `The directory of keys \`nativegen serve\` trusts (env ${Paths.env.trustedKeys}; default ${Paths.defaultTrustedKeysDir()})`
+      ),
+      Options.withDefault(Paths.defaultTrustedKeysDir()),
+      Options.withFallbackConfig(Config.string(Paths.env.trustedKeys))
+    )
+  },
+  ({ dir, publicKey }) =>
+    Effect.gen(function*() {
+      const trusted = yield* TrustedKeys.trust(publicKey, dir)
+      yield* Console.log(
+        trusted.alreadyTrusted
+          ? `${trusted.keyId} is already trusted (${dir})`
+          : `trusted ${trusted.keyId}: ${trusted.path} (a running server trusts it from its next start)`
+      )
+    })
+).pipe(Command.withDescription("Trust a public key: servers started afterwards accept manifests it signed"))
+
 export const command = Command.make("keys").pipe(
   Command.withDescription("Signing keys and manifests (local; no server needed)"),
-  Command.withSubcommands([generate, sign])
+  Command.withSubcommands([generate, trust, sign])
 )

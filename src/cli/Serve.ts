@@ -31,6 +31,7 @@ import { CliFileError, reasonOf } from "./CliError.js"
 import * as Flags from "./Flags.js"
 import { readinessLine } from "./Format.js"
 import * as Paths from "./Paths.js"
+import * as TrustedKeys from "./TrustedKeys.js"
 
 /** Engine threads when nothing says otherwise: half the logical CPUs (about the physical cores), at least 1. */
 export const defaultThreads = (parallelism: number = Os.availableParallelism()): number =>
@@ -52,10 +53,17 @@ export const options = {
     Options.withDefault(Paths.defaultStoreRoot()),
     Options.withFallbackConfig(Config.string(Paths.env.storeRoot))
   ),
+  trustedKeys: Options.text("trusted-keys").pipe(
+    Options.withDescription(
+      `Directory of PEM public keys trusted to sign manifests, added with \`nativegen keys trust\` (env ${Paths.env.trustedKeys}; ` +
+        `default ${Paths.defaultTrustedKeysDir()}). The seed's key is always trusted.`
+    ),
+    Options.withDefault(Paths.defaultTrustedKeysDir()),
+    Options.withFallbackConfig(Config.string(Paths.env.trustedKeys))
+  ),
   trustKeys: Options.file("trust-key", { exists: "yes" }).pipe(
     Options.withDescription(
-      "A PEM ed25519 public key (from `nativegen keys generate`) trusted to sign manifests; repeatable. " +
-        "Also NATIVEGEN_STORE_TRUSTED_KEYS (PEM texts, comma-separated). The seed's key is always trusted."
+      "One more PEM public key to trust for this run; repeatable (also NATIVEGEN_STORE_TRUSTED_KEYS: PEM texts)"
     ),
     Options.repeated
   ),
@@ -89,6 +97,7 @@ export const options = {
 export interface ServeSettings {
   readonly socket: string
   readonly storeRoot: string
+  readonly trustedKeys: string
   readonly trustKeys: ReadonlyArray<string>
   readonly threads: number
   readonly backend: typeof backends[number]
@@ -107,7 +116,8 @@ export const runtimeOptions = (settings: ServeSettings) =>
   Effect.gen(function*() {
     const store = yield* Effect.withConfigProvider(StoreConfig.config, storeEnv)
     const admission = yield* Admission.AdmissionConfig.config
-    const keys = yield* Effect.forEach(settings.trustKeys, readKey)
+    const fromDir = yield* TrustedKeys.load(settings.trustedKeys)
+    const keys = [...fromDir.map((key) => key.pem), ...(yield* Effect.forEach(settings.trustKeys, readKey))]
     const options: Partial<Runtime.RuntimeOptions> = {
       store: { ...store, root: settings.storeRoot, trustedKeys: [...store.trustedKeys, ...keys] },
       admission: {
@@ -146,7 +156,8 @@ export const serve = (settings: ServeSettings) =>
     const socketPath = settings.socket
     yield* refuseIfRunning(socketPath)
     yield* Effect.logInfo(
-      `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ${settings.threads} threads`
+      `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ` +
+        `${settings.threads} threads, ${options.store?.trustedKeys?.length ?? 0} trusted keys besides the seed's`
     )
     const live = Server.layer({ ...Server.defaults, socketPath }).pipe(Layer.provideMerge(Runtime.layer(options)))
     yield* Effect.gen(function*() {

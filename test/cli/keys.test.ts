@@ -19,7 +19,7 @@ describe("nativegen keys", () => {
       assert.strictEqual(files.length, 2)
       const [hex] = files[0]!.split(".")
       assert.match(result.stdout, new RegExp(`^key ed25519:${hex}\\n`))
-      assert.include(result.stdout, `nativegen serve --trust-key ${Path.join(keyDir, `${hex}.pub`)}`)
+      assert.include(result.stdout, `nativegen keys trust ${Path.join(keyDir, `${hex}.pub`)}`)
       assert.strictEqual(Fs.statSync(Path.join(keyDir, `${hex}.key`)).mode & 0o777, 0o600)
     }))
 
@@ -64,6 +64,32 @@ describe("nativegen keys", () => {
       assert.strictEqual(badName.code, 1)
       assert.match(badName.stderr, /^nativegen: invalid manifest: .*\n$/)
       assert.strictEqual(badName.stderr.split("\n").length, 2)
+    }))
+
+  it.scoped("trust copies a public key into the trusted keys directory; serve refuses a directory others can write", () =>
+    Effect.gen(function*() {
+      const home = yield* makeHome
+      assert.strictEqual((yield* run(["keys", "generate"], { env: home.env })).code, 0)
+      const keyDir = Path.join(home.env.XDG_DATA_HOME!, "nativegen", "keys")
+      const pub = Path.join(keyDir, Fs.readdirSync(keyDir).find((f) => f.endsWith(".pub"))!)
+      const trustedDir = Path.join(home.env.XDG_CONFIG_HOME!, "nativegen", "trusted-keys")
+      const trusted = yield* run(["keys", "trust", pub], { env: home.env })
+      assert.strictEqual(trusted.code, 0, trusted.stderr)
+      assert.match(trusted.stdout, /^trusted ed25519:[0-9a-f]{16}: .*\.pub \(a running server trusts it from its next start\)\n$/)
+      assert.deepStrictEqual(Fs.readdirSync(trustedDir), [Path.basename(pub)])
+      assert.strictEqual(Fs.statSync(trustedDir).mode & 0o777, 0o700)
+      const again = yield* run(["keys", "trust", pub], { env: home.env })
+      assert.match(again.stdout, /is already trusted/)
+      const notAKey = yield* run(["keys", "trust", "package.json"], { env: home.env })
+      assert.strictEqual(notAKey.code, 1)
+      assert.match(notAKey.stderr, /^nativegen: package\.json: .*\n$/)
+      Fs.chmodSync(trustedDir, 0o777)
+      const serve = yield* run(["serve"], { env: home.env })
+      assert.strictEqual(serve.code, 1)
+      assert.strictEqual(
+        serve.stderr,
+        `nativegen: ${trustedDir}: the trusted keys directory is writable by others (mode 0777)\n`
+      )
     }))
 
   it.effect("--help documents the commands; an unknown option exits 2", () =>

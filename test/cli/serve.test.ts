@@ -42,15 +42,18 @@ const serverEnv = {
 
 const startServer = Effect.gen(function*() {
   const home = yield* makeHome
+  // Your own signing key, trusted before the server starts (for the store import below).
   const keys = yield* run(["keys", "generate"], { env: home.env })
   assert.strictEqual(keys.code, 0, keys.stderr)
   const keyDir = Path.join(home.env.XDG_DATA_HOME!, "nativegen", "keys")
   const publicKey = Path.join(keyDir, Fs.readdirSync(keyDir).find((f) => f.endsWith(".pub"))!)
+  const trusted = yield* run(["keys", "trust", publicKey], { env: home.env })
+  assert.strictEqual(trusted.code, 0, trusted.stderr)
   let output = ""
   const exited = yield* Deferred.make<{ code: number | null; signal: NodeJS.Signals | null }>()
   const npm = yield* Effect.acquireRelease(
     Effect.sync(() => {
-      const child = ChildProcess.spawn("npm", ["start", "--", "--trust-key", publicKey], {
+      const child = ChildProcess.spawn("npm", ["start"], {
         cwd: projectRoot,
         env: environment({ ...home.env, ...serverEnv }),
         stdio: ["ignore", "pipe", "pipe"],
@@ -115,6 +118,7 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       const server = yield* TestServer
       const log = server.log()
       assert.include(log, `listening on ${server.socket}`)
+      assert.include(log, "1 trusted keys besides the seed's")
       assert.match(log, /store: activated[\s\S]*model: (tiny|decision)/)
       assert.isTrue(Fs.statSync(server.socket).isSocket())
       assert.isTrue(isAlive(server.enginePid))

@@ -36,6 +36,7 @@ export const makeHome: Effect.Effect<Home, never, Scope.Scope> = Effect.acquireR
       dir,
       env: {
         XDG_DATA_HOME: data,
+        XDG_CONFIG_HOME: Path.join(dir, "config"),
         XDG_RUNTIME_DIR: runtime,
         HOME: dir,
         NO_COLOR: "1"
