@@ -35,10 +35,18 @@ export const make = (stops: ReadonlyArray<string>): StopMatcher => {
   return {
     push: (text) => {
       const buffer = held + text
+      // The stop string that is complete first (ends earliest; on a tie, starts earliest): that is
+      // the one a token-by-token reader would see first, however the text was split into pieces.
       let at = -1
+      let end = Infinity
       for (const stop of patterns) {
         const i = buffer.indexOf(stop)
-        if (i >= 0 && (at < 0 || i < at)) at = i
+        if (i < 0) continue
+        const e = i + stop.length
+        if (e < end || (e === end && i < at)) {
+          at = i
+          end = e
+        }
       }
       if (at >= 0) {
         held = ""
