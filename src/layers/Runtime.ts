@@ -13,7 +13,9 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import type { Role } from "../domain/Inference.js"
 import { EngineUnavailable } from "../domain/EngineError.js"
+import * as Path from "node:path"
 import * as Admission from "../services/Admission.js"
+import * as Conversations from "../services/Conversations.js"
 import * as NativeWorker from "../services/NativeWorker.js"
 import * as Provider from "../services/Provider.js"
 import * as Scheduler from "../services/Scheduler.js"
@@ -21,6 +23,11 @@ import * as Store from "../services/Store.js"
 
 export interface RuntimeOptions {
   readonly store: Partial<Store.StoreConfigShape>
+  /**
+   * Where conversations' state files go (a subdirectory per model digest). Default: the store's
+   * `conversations/` directory for the store-backed runtime; none (nothing saved) by path.
+   */
+  readonly conversationsDirectory: string | undefined
   readonly admission: Partial<Admission.AdmissionConfigShape>
   readonly worker: Partial<NativeWorker.NativeWorkerConfigShape>
   readonly scheduler: Partial<Scheduler.SchedulerConfigShape>
@@ -29,6 +36,8 @@ export interface RuntimeOptions {
 /** A role's model file and, when it comes from the store, its revision and the leases that keep it. */
 export interface RoleSource {
   readonly modelPath: string
+  /** sha256 of the model file (state files are bound to it); computed from the file when absent. */
+  readonly digest?: string | undefined
   readonly revision?: NativeWorker.RoleModel["revision"]
 }
 
@@ -45,7 +54,7 @@ const engine = (
   Effect.gen(function*() {
     const schedulerConfig = { ...Scheduler.SchedulerConfig.defaults, ...options.scheduler }
     const admissionConfig = { ...Admission.AdmissionConfig.defaults, ...options.admission }
-    const sequences: { readonly [R in Role]: number } = { generation: schedulerConfig.slots, decision: 1 }
+    const sequences: { readonly [R in Role]: number } = { generation: Scheduler.sequencesOf(schedulerConfig), decision: 1 }
     const roles: { [R in Role]?: Admission.RoleRequest } = {}
     const roleModels: { [R in Role]?: NativeWorker.RoleModel } = {}
     for (const role of ["generation", "decision"] as const) {
@@ -84,8 +93,25 @@ const engine = (
       Effect.provide(context),
       Effect.provideService(Scheduler.SchedulerConfig, schedulerConfig)
     )
-    const provider = yield* Provider.make.pipe(Effect.provide(Context.add(context, Scheduler.Scheduler, scheduler)))
-    return Context.add(context, Scheduler.Scheduler, scheduler).pipe(Context.add(Provider.Provider, provider))
+    const generation = models.generation
+    const conversations = yield* Conversations.make.pipe(
+      Effect.provide(context),
+      Effect.provideService(Conversations.ConversationsConfig, {
+        directory: options.conversationsDirectory,
+        modelDigest: generation === undefined
+          ? "none"
+          : generation.digest ?? (yield* Conversations.digestOfFile(generation.modelPath))
+      })
+    )
+    const services = context.pipe(
+      Context.add(Scheduler.Scheduler, scheduler),
+      Context.add(Conversations.Conversations, conversations)
+    )
+    const provider = yield* Provider.make.pipe(
+      Effect.provide(services),
+      Effect.provideService(Provider.ProviderConfig, { prefillChunk: workerConfig.prefillChunk })
+    )
+    return Context.add(services, Provider.Provider, provider)
   })
 
 /** The runtime over model files given by path (no store). */
@@ -114,12 +140,20 @@ export const layer = (options: Partial<RuntimeOptions> = {}) =>
         const active = yield* store.active({ role })
         const gguf = active.artifacts.find((a) => a.mediaType === "application/vnd.gguf") ?? active.artifacts[0]
         if (gguf === undefined) continue
-        sources[role] = { modelPath: gguf.path, revision: { manifestDigest: active.manifestDigest, revision: active.revision } }
+        sources[role] = {
+          modelPath: gguf.path,
+          digest: gguf.digest.replace(/^sha256:/, ""),
+          revision: { manifestDigest: active.manifestDigest, revision: active.revision }
+        }
         digests.push(...active.artifacts.map((a) => a.digest))
       }
       // Each child holds reader leases on what it maps, released only after its exit.
       const leases = Effect.forEach(digests, (digest) => store.lease(digest), { discard: true })
-      const context = yield* engine(sources, options, leases)
+      const context = yield* engine(
+        sources,
+        { ...options, conversationsDirectory: options.conversationsDirectory ?? Path.join(store.root, "conversations") },
+        leases
+      )
       return Context.add(context, Store.Store, store)
     })
   ).pipe(Layer.provide(Store.layerSeeded), Layer.provide(Store.StoreConfig.layer(options.store ?? {})))

@@ -91,7 +91,9 @@ interface Generation {
   readonly stopTokens: ReadonlySet<number>
   readonly prefillChunk: number
   readonly lane: Lane
-  /** Prompt tokens (all but the last) in the sequence's KV cache. */
+  /** Prefill the whole prompt and finish without sampling. */
+  readonly prefillOnly: boolean
+  /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
   iterator: AsyncGenerator<Token, void, void | Token | Token[]> | undefined
   readonly tokens: Array<number>
@@ -338,20 +340,55 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
   const detokenize = (role: Role, tokens: ReadonlyArray<number>) =>
     Effect.map(resident(role), (r) => r.model.detokenize(tokens as Array<Token>, false))
 
-  /** Renders a chat through the model's own Jinja template, ending with the assistant prompt. */
-  const render = (role: Role, messages: ReadonlyArray<ChatMessage>) =>
+  /** A chat as text through the model's own Jinja template. */
+  const renderText = (role: Role, messages: ReadonlyArray<ChatMessage>, addGenerationPrompt: boolean) =>
     Effect.gen(function*() {
       const r = yield* resident(role)
       if (messages.length === 0) return yield* Effect.fail(invalid("messages", [], "at least one message is needed"))
       if (r.template === undefined) {
         return yield* Effect.fail(invalid("role", role, "the model has no chat template"))
       }
-      const text = r.template.render({
+      return r.template.render({
         messages: messages.map((m) => ({ role: m.role, content: m.content })),
-        add_generation_prompt: true,
+        add_generation_prompt: addGenerationPrompt,
         bos_token: "",
         eos_token: ""
       })
+    })
+
+  /** A generation sequence that no generation is using. */
+  const idleSequence = (index: number) =>
+    Effect.gen(function*() {
+      const r = yield* resident("generation")
+      const sequence = r.sequences[index]
+      if (!Number.isInteger(index) || sequence === undefined) {
+        return yield* Effect.fail(invalid("sequence", index, `must be an integer in [0, ${r.sequences.length})`))
+      }
+      for (const g of generations.values()) {
+        if (g.sequence === sequence) return yield* Effect.fail(invalid("sequence", index, `busy with generation ${g.id}`))
+      }
+      return sequence
+    })
+
+  const saveState = (index: number, path: string) =>
+    Effect.flatMap(idleSequence(index), (sequence) =>
+      step("saveState", async () => {
+        const { fileSize } = await sequence.saveStateToFile(path)
+        return { fileBytes: fileSize, tokens: sequence.contextTokens.length }
+      }, "utility"))
+
+  const restoreState = (index: number, path: string) =>
+    Effect.flatMap(idleSequence(index), (sequence) =>
+      step("restoreState", async () => {
+        await sequence.loadStateFromFile(path, { acceptRisk: true })
+        return { tokens: sequence.contextTokens.length }
+      }, "utility"))
+
+  /** Renders a chat through the model's own Jinja template, ending with the assistant prompt. */
+  const render = (role: Role, messages: ReadonlyArray<ChatMessage>, addGenerationPrompt = true) =>
+    Effect.gen(function*() {
+      const r = yield* resident(role)
+      const text = yield* renderText(role, messages, addGenerationPrompt)
       const body = r.model.tokenize(text, true)
       const bos = r.model.tokens.bos
       return (bos !== null && r.model.tokens.shouldPrependBosToken ? [bos, ...body] : body) as ReadonlyArray<number>
@@ -366,6 +403,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     readonly maxTokens: number
     readonly stopTokens: ReadonlyArray<number>
     readonly prefillChunk: number
+    readonly prefillOnly?: boolean | undefined
   }) =>
     Effect.gen(function*() {
       const r = yield* resident("generation")
@@ -375,17 +413,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       if (request.prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
       yield* checkPositiveInt("maxTokens", request.maxTokens)
       yield* checkPositiveInt("prefillChunk", request.prefillChunk)
-      const sequence = r.sequences[request.sequence]
-      if (!Number.isInteger(request.sequence) || sequence === undefined) {
-        return yield* Effect.fail(
-          invalid("sequence", request.sequence, `must be an integer in [0, ${r.sequences.length})`)
-        )
-      }
-      for (const g of generations.values()) {
-        if (g.sequence === sequence) {
-          return yield* Effect.fail(invalid("sequence", request.sequence, `busy with generation ${g.id}`))
-        }
-      }
+      const sequence = yield* idleSequence(request.sequence)
       const badToken = request.prompt.find((t) => !Number.isInteger(t) || t < 0 || t >= r.vocabularySize)
       if (badToken !== undefined) return yield* Effect.fail(invalid("prompt", badToken, "is not a token of the model"))
       const needed = request.prompt.length + request.maxTokens
@@ -394,8 +422,9 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
           invalid("maxTokens", request.maxTokens, `prompt ${request.prompt.length} + max tokens exceeds context ${r.context.contextSize}`)
         )
       }
-      // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to sample).
-      const keep = request.prompt.slice(0, -1) as Array<Token>
+      // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to
+      // sample; prefill-only keeps all of it).
+      const keep = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
       yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
       const reused = sequence.nextTokenIndex
       generations.set(request.generationId, {
@@ -409,6 +438,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         stopTokens: new Set(request.stopTokens),
         prefillChunk: Math.min(request.prefillChunk, options.batchSize),
         lane: request.lane,
+        prefillOnly: request.prefillOnly === true,
         prefilled: reused,
         iterator: undefined,
         tokens: [],
@@ -437,11 +467,17 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     return text
   }
 
+  /** Where prefill stops: before the last prompt token (it is evaluated to sample), or at the end. */
+  const prefillEnd = (g: Generation) => (g.prefillOnly ? g.prompt.length : g.prompt.length - 1)
+
   /** One step: a prefill chunk or one decoded token. */
   const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
-    const last = g.prompt.length - 1
+    const last = prefillEnd(g)
     if (g.prefilled < last) {
-      const chunk = g.prompt.slice(g.prefilled, Math.min(g.prefilled + g.prefillChunk, last))
+      // Chunks end on the grid of multiples of the chunk size, wherever reuse left off: a prompt
+      // whose cached part ends on the grid is split into the same batches as a cold run.
+      const chunkEnd = (Math.floor(g.prefilled / g.prefillChunk) + 1) * g.prefillChunk
+      const chunk = g.prompt.slice(g.prefilled, Math.min(chunkEnd, last))
       return Effect.as(
         step("prefill", async () => {
           await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
@@ -500,13 +536,14 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         )
         const prefill = Stream.repeatEffectOption(
           Effect.suspend(() =>
-            g.prefilled < g.prompt.length - 1 ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())
+            g.prefilled < prefillEnd(g) ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())
           )
         )
         let finishedSent = false
         const decode = Stream.repeatEffectOption(
           Effect.suspend((): Effect.Effect<AdvanceEvent, Option.Option<EngineError>> => {
             if (finishedSent) return Effect.fail(Option.none())
+            if (g.prefillOnly) g.finished ??= "maxTokens"
             if (g.finished !== undefined) {
               finishedSent = true
               return Effect.succeed({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
@@ -618,7 +655,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     yield* Effect.promise(() => llama.dispose())
   })
 
-  return { hello, memory, plan, load, unload: unloadRole, tokenize, detokenize, render, begin, advance, end, score, dispose } as const
+  return { hello, memory, renderText, saveState, restoreState, plan, load, unload: unloadRole, tokenize, detokenize, render, begin, advance, end, score, dispose } as const
 })
 
 export type Engine = Effect.Effect.Success<ReturnType<typeof makeEngine>>

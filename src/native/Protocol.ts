@@ -156,8 +156,31 @@ export class EngineRpcs extends RpcGroup.make(
   }),
   Rpc.make("Detokenize", { payload: { role: Role, tokens: Tokens }, success: Schema.String, error: EngineError }),
   Rpc.make("Render", {
-    payload: { role: Role, messages: Schema.Array(ChatMessage) },
+    payload: {
+      role: Role,
+      messages: Schema.Array(ChatMessage),
+      /** Default true: end with the assistant prompt. */
+      addGenerationPrompt: Schema.optional(Schema.Boolean)
+    },
     success: Tokens,
+    error: EngineError
+  }),
+  /** The chat as text through the template; without the assistant prompt when `addGenerationPrompt` is false. */
+  Rpc.make("RenderText", {
+    payload: { role: Role, messages: Schema.Array(ChatMessage), addGenerationPrompt: Schema.Boolean },
+    success: Schema.String,
+    error: EngineError
+  }),
+  /** Writes a generation sequence's KV state (and its tokens) to a file. */
+  Rpc.make("SaveState", {
+    payload: { sequence: Schema.Int, path: Schema.String },
+    success: Schema.Struct({ fileBytes: Schema.NonNegativeInt, tokens: Schema.NonNegativeInt }),
+    error: EngineError
+  }),
+  /** Replaces a generation sequence's KV state with a file's; the host has verified the file first. */
+  Rpc.make("RestoreState", {
+    payload: { sequence: Schema.Int, path: Schema.String },
+    success: Schema.Struct({ tokens: Schema.NonNegativeInt }),
     error: EngineError
   }),
   Rpc.make("Begin", {
@@ -169,7 +192,9 @@ export class EngineRpcs extends RpcGroup.make(
       sampling: Sampling,
       maxTokens: Schema.Int,
       stopTokens: Tokens,
-      prefillChunk: Schema.Int
+      prefillChunk: Schema.Int,
+      /** Only prefill the whole prompt (preparation): no token is sampled. */
+      prefillOnly: Schema.optional(Schema.Boolean)
     },
     success: Schema.Struct({ reusedTokens: Schema.Int }),
     error: EngineError

@@ -47,7 +47,10 @@ const main = Effect.gen(function*() {
     Unload: ({ role }) => engine.unload(role),
     Tokenize: ({ role, specialTokens, text }) => engine.tokenize(role, text, specialTokens),
     Detokenize: ({ role, tokens }) => engine.detokenize(role, tokens),
-    Render: ({ messages, role }) => engine.render(role, messages),
+    Render: ({ addGenerationPrompt, messages, role }) => engine.render(role, messages, addGenerationPrompt),
+    RenderText: ({ addGenerationPrompt, messages, role }) => engine.renderText(role, messages, addGenerationPrompt),
+    SaveState: ({ path, sequence }) => engine.saveState(sequence, path),
+    RestoreState: ({ path, sequence }) => engine.restoreState(sequence, path),
     Begin: (request) => engine.begin(request),
     // Run ahead of the host by a few steps; a pause replays whatever the host did not receive.
     Advance: ({ fromIndex, generationId }) => engine.advance(generationId, fromIndex),

@@ -188,6 +188,8 @@ export interface GenerateRequest {
   readonly sequence?: number | undefined
   /** The lane its steps queue in at the engine's step gate. Default foreground. */
   readonly lane?: Lane | undefined
+  /** Only prefill the prompt into the sequence (preparation); nothing is sampled. */
+  readonly prefillOnly?: boolean | undefined
 }
 
 export type GenerationEvent = AdvanceEvent | { readonly _tag: "Started"; readonly reusedTokens: number }
@@ -204,8 +206,25 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   ) => Effect.Effect<ReadonlyArray<HeadScore>, WorkerError>
   readonly tokenize: (role: Role, text: string, specialTokens?: boolean) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   readonly detokenize: (role: Role, tokens: ReadonlyArray<number>) => Effect.Effect<string, WorkerError>
+  /** A chat as text through the role model's template, with or without the assistant prompt. */
+  readonly renderText: (
+    role: Role,
+    messages: ReadonlyArray<ChatMessage>,
+    addGenerationPrompt: boolean
+  ) => Effect.Effect<string, WorkerError>
+  /** Saves an idle generation sequence's KV state to a file (in the current child). */
+  readonly saveState: (
+    sequence: number,
+    path: string
+  ) => Effect.Effect<{ readonly fileBytes: number; readonly tokens: number; readonly incarnation: number }, WorkerError>
+  /** Loads a verified state file into an idle generation sequence. */
+  readonly restoreState: (sequence: number, path: string) => Effect.Effect<{ readonly tokens: number }, WorkerError>
   /** A chat rendered through the role model's own template, ending with the assistant prompt, as exact tokens. */
-  readonly render: (role: Role, messages: ReadonlyArray<ChatMessage>) => Effect.Effect<ReadonlyArray<number>, WorkerError>
+  readonly render: (
+    role: Role,
+    messages: ReadonlyArray<ChatMessage>,
+    addGenerationPrompt?: boolean
+  ) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   /** The native allocation plan of a model over candidate context sizes, without loading it. */
   readonly plan: Planner
   readonly readiness: Effect.Effect<WorkerReadiness>
@@ -545,7 +564,8 @@ export const make = Effect.gen(function*() {
               sampling: request.sampling,
               maxTokens: request.maxTokens,
               stopTokens: request.stopTokens ?? [],
-              prefillChunk: config.prefillChunk
+              prefillChunk: config.prefillChunk,
+              prefillOnly: request.prefillOnly
             }),
             ({ reusedTokens }) => ({ incarnation, reusedTokens })
           )
@@ -647,7 +667,15 @@ export const make = Effect.gen(function*() {
     tokenize: (role, text, specialTokens = false) =>
       call((i) => i.child.client.Tokenize({ role, text, specialTokens })),
     detokenize: (role, tokens) => call((i) => i.child.client.Detokenize({ role, tokens })),
-    render: (role, messages) => call((i) => i.child.client.Render({ role, messages })),
+    render: (role, messages, addGenerationPrompt) => call((i) => i.child.client.Render({ role, messages, addGenerationPrompt })),
+    renderText: (role, messages, addGenerationPrompt) =>
+      call((i) => i.child.client.RenderText({ role, messages, addGenerationPrompt })),
+    // Not retried: a state lives in one child; the caller decides what a lost save means.
+    saveState: (sequence, path) =>
+      unavailable(onReady((i) =>
+        Effect.map(i.child.client.SaveState({ sequence, path }), (r) => ({ ...r, incarnation: i.number }))
+      )),
+    restoreState: (sequence, path) => unavailable(onReady((i) => i.child.client.RestoreState({ sequence, path }))),
     plan: (modelPath, contextSizes, sequences) => call((i) => i.child.client.Plan({ modelPath, contextSizes, sequences })),
     readiness,
     states: Stream.changes(Stream.map(status.changes, (s) => s.state)),

@@ -11,6 +11,8 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
+import * as Exit from "effect/Exit"
+import * as Fiber from "effect/Fiber"
 import * as Crypto from "node:crypto"
 import type {
   ChatMessage,
@@ -23,11 +25,14 @@ import type {
   PrepareRequest,
   PrepareResult,
   Readiness,
+  ReuseKind,
   StopReason
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
-import { InvalidRequest, type ProviderError } from "./ProviderError.js"
+import { Conversations } from "./Conversations.js"
+import { InvalidCheckpoint, InvalidRequest, type ProviderError } from "./ProviderError.js"
+import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -86,10 +91,65 @@ const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
 type Step =
   | { readonly _tag: "Chunks"; readonly chunks: ReadonlyArray<GenerateChunk>; readonly last: boolean }
 
+/** The conversation a request belongs to: its id, or its checkpoint's. */
+const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
+
+/** The engine's prefill chunk, which preparation aligns to. */
+export class ProviderConfig extends Context.Tag("nativegen/ProviderConfig")<ProviderConfig, {
+  readonly prefillChunk: number
+}>() {}
+
 export const make = Effect.gen(function*() {
+  const { prefillChunk } = yield* ProviderConfig
   const worker = yield* NativeWorker
   const admission = yield* Admission
   const scheduler = yield* Scheduler
+  const conversations = yield* Conversations
+  /** Preparations running per conversation; a turn of that conversation preempts its preparation. */
+  const preparing = new Map<string, Fiber.RuntimeFiber<unknown, unknown>>()
+  /** Conversations whose slot was last filled by a preparation. */
+  const prepared = new Set<string>()
+
+  /** Interrupts the conversation's preparation, if one runs; what it prefilled stays in the slot. */
+  const preempt = (conversation: string | undefined) =>
+    Effect.suspend(() => {
+      const fiber = conversation === undefined ? undefined : preparing.get(conversation)
+      return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
+    })
+
+  /**
+   * The prompt of a turn: with a checkpoint, the held tokens it proves, then the template's close
+   * of the assistant turn and the new turn (only those are new); otherwise the whole chat rendered.
+   */
+  const promptOf = (request: GenerateRequest) =>
+    Effect.gen(function*() {
+      const conversation = conversationOf(request)
+      const checkpoint = request.checkpoint
+      if (checkpoint === undefined || conversation === undefined) {
+        return { tokens: yield* worker.render("generation", request.messages), continued: false }
+      }
+      if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
+        return yield* new InvalidCheckpoint({
+          conversation: request.conversation,
+          reason: `the checkpoint belongs to conversation ${checkpoint.conversation}`
+        })
+      }
+      const { tokens } = yield* conversations.verify(checkpoint)
+      const split = Continuation.splitTurn(request.messages)
+      if (split.turn.length === 0) return yield* invalid("messages", request.messages.length, "a continued turn needs a message after the last assistant message")
+      const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
+      const assistant = history[history.length - 1]!
+      const texts = {
+        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true),
+        history: yield* worker.renderText("generation", history, false),
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true)
+      }
+      const parts = Continuation.continuationTexts(texts, assistant.content)
+      if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
+      const closing = yield* worker.tokenize("generation", parts.closing, true)
+      const turn = yield* worker.tokenize("generation", parts.turn, true)
+      return { tokens: [...tokens, ...closing, ...turn], continued: true }
+    })
 
   const specialTokensOf = (ready: WorkerReadiness) =>
     ready.models.find((m) => m.role === "generation")?.specialTokens ??
@@ -100,14 +160,19 @@ export const make = Effect.gen(function*() {
       Effect.gen(function*() {
         const submitted = yield* Clock.currentTimeMillis
         yield* validateGenerate(request)
-        const prompt = yield* worker.render("generation", request.messages)
+        const conversation = conversationOf(request)
+        const { continued, tokens: prompt } = yield* promptOf(request)
         yield* admission.checkTokens("generation", prompt.length, request.maxTokens)
         const label = `generate-${Crypto.randomUUID().slice(0, 8)}`
+        yield* preempt(conversation)
         const grant = yield* scheduler.generation({
           lane: request.lane ?? "foreground",
           label,
-          conversation: request.conversation
+          conversation
         })
+        const restored = conversation === undefined ? false : yield* conversations.attach(conversation, grant.slot, grant.evicted)
+        const wasPrepared = conversation !== undefined && prepared.delete(conversation)
+        const generatedTokens: Array<number> = []
         const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [])
         let reused = 0
         let generated = 0
@@ -135,6 +200,7 @@ export const make = Effect.gen(function*() {
                   return { _tag: "Chunks", chunks: [], last: false }
                 case "Token": {
                   generated++
+                  generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
                   const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text))
@@ -155,6 +221,18 @@ export const make = Effect.gen(function*() {
 
         const done = Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
+          const checkpoint = conversation === undefined
+            ? undefined
+            : yield* conversations.record(conversation, grant.slot, [...prompt, ...generatedTokens])
+          const reuse: ReuseKind = reused === 0
+            ? "cold"
+            : restored
+            ? "restored"
+            : continued
+            ? "continuation"
+            : wasPrepared
+            ? "prepared"
+            : "prefix"
           const decodeMillis = firstTokenAt !== undefined && lastTokenAt !== undefined ? lastTokenAt - firstTokenAt : 0
           return {
             _tag: "Done",
@@ -163,14 +241,15 @@ export const make = Effect.gen(function*() {
               promptTokens: prompt.length,
               reusedTokens: reused,
               generatedTokens: generated,
-              reuse: reused > 0 ? "prefix" : "cold"
+              reuse
             },
             timings: {
               queueMillis: (firstStepAt ?? now) - submitted,
               firstTokenMillis: (firstTokenAt ?? now) - submitted,
               decodeTokensPerSecond: generated > 1 && decodeMillis > 0 ? ((generated - 1) * 1000) / decodeMillis : 0,
               totalMillis: now - submitted
-            }
+            },
+            ...(checkpoint === undefined ? {} : { checkpoint })
           } satisfies GenerateChunk
         })
         return Stream.concat(steps, Stream.fromEffect(done))
@@ -212,8 +291,60 @@ export const make = Effect.gen(function*() {
       return { role, tokens: tokens.length, admittedContext: yield* admission.contextOf(role) } satisfies CountResult
     })
 
+  /**
+   * Prefills a conversation's expected prompt (standing prefix and history, without the assistant
+   * prompt) into its slot in the preparation lane, up to the last whole prefill chunk: the next
+   * turn then continues on the chunk grid, as a cold run would split it. A turn of the
+   * conversation preempts it at the next chunk boundary; what was prefilled stays.
+   */
   const prepare = (request: PrepareRequest): Effect.Effect<PrepareResult, ProviderError> =>
-    Effect.fail(invalid("prepare", request.conversation, "preparation is not available in this version"))
+    Effect.gen(function*() {
+      const conversation = request.conversation
+      if (conversation.length === 0 || conversation.length > 256) {
+        return yield* invalid("conversation", conversation, "must be 1 to 256 characters")
+      }
+      const messages = [...request.prefix, ...request.history]
+      yield* validateMessages(messages)
+      const rendered = yield* worker.render("generation", messages, false)
+      const chunk = prefillChunk
+      const tokens = rendered.slice(0, Math.floor(rendered.length / chunk) * chunk)
+      let done = 0
+      const result = (complete: boolean): PrepareResult => ({
+        conversation,
+        preparedTokens: done,
+        totalTokens: rendered.length,
+        complete
+      })
+      if (tokens.length === 0) return result(true)
+      yield* admission.checkTokens("generation", tokens.length, 1)
+      yield* preempt(conversation)
+      const work = Effect.scoped(Effect.gen(function*() {
+        const grant = yield* scheduler.generation({ lane: "preparation", label: `prepare-${conversation}`, conversation })
+        yield* conversations.attach(conversation, grant.slot, grant.evicted)
+        yield* worker.generate({ prompt: tokens, maxTokens: 1, sampling: { temperature: 0 }, sequence: grant.slot, lane: "preparation", prefillOnly: true }).pipe(
+          Stream.runForEach((event) =>
+            Effect.sync(() => {
+              if (event._tag === "Started") done = event.reusedTokens
+              if (event._tag === "Prefilled") done = event.done
+            })
+          ),
+          // The slot holds what was prefilled even when preempted: record it either way.
+          Effect.ensuring(Effect.suspend(() =>
+            done > 0
+              ? Effect.zipRight(conversations.record(conversation, grant.slot, tokens.slice(0, done)), Effect.sync(() => prepared.add(conversation)))
+              : Effect.void
+          ))
+        )
+      }))
+      const fiber = yield* Effect.fork(work)
+      preparing.set(conversation, fiber)
+      const exit = yield* Fiber.await(fiber).pipe(Effect.ensuring(Effect.sync(() => {
+        if (preparing.get(conversation) === fiber) preparing.delete(conversation)
+      })))
+      if (Exit.isSuccess(exit)) return result(done >= tokens.length)
+      if (Exit.isInterrupted(exit)) return result(false)
+      return yield* Effect.failCause(exit.cause)
+    }).pipe(Effect.onInterrupt(() => preempt(request.conversation)))
 
   const readiness = Effect.gen(function*() {
     const ready = yield* worker.readiness
@@ -266,4 +397,5 @@ export const make = Effect.gen(function*() {
   })
 })
 
-export const layer: Layer.Layer<Provider, never, NativeWorker | Admission | Scheduler> = Layer.effect(Provider, make)
+export const layer: Layer.Layer<Provider, never, NativeWorker | Admission | Scheduler | Conversations | ProviderConfig> =
+  Layer.effect(Provider, make)

@@ -29,8 +29,13 @@ import * as SlotPool from "./scheduler/SlotPool.js"
 const MiB = 1024 * 1024
 
 export interface SchedulerConfigShape {
-  /** Sequences (slots) of the generation context. Default 2. */
+  /** Sequences (slots) of the generation context that conversations own, LRU. Default 2. */
   readonly slots: number
+  /**
+   * Further sequences for requests without a conversation (utility calls, one-off prompts): they
+   * never take, evict or disturb a conversation's slot. Default 1.
+   */
+  readonly anonymousSlots: number
   /** Requests that may wait at once (all lanes); one more is refused with QueueFull. Default 64. */
   readonly maxQueued: number
   /** How long a request may wait for its slot, the engine and its workspace. Default 60 s. */
@@ -44,6 +49,7 @@ export interface SchedulerConfigShape {
 export class SchedulerConfig extends Context.Tag("nativegen/SchedulerConfig")<SchedulerConfig, SchedulerConfigShape>() {
   static readonly defaults: SchedulerConfigShape = {
     slots: 2,
+    anonymousSlots: 1,
     maxQueued: 64,
     queueTimeout: Duration.seconds(60),
     generationWorkspaceBytes: 16 * MiB,
@@ -89,12 +95,16 @@ export class Scheduler extends Context.Tag("nativegen/Scheduler")<Scheduler, {
   readonly status: Effect.Effect<SchedulerStatus>
 }>() {}
 
+/** Sequences the generation context needs: conversation slots, then anonymous ones. */
+export const sequencesOf = (config: SchedulerConfigShape) => config.slots + config.anonymousSlots
+
 export const make = Effect.gen(function*() {
   const config = yield* SchedulerConfig
   const worker = yield* NativeWorker
   const admission = yield* Admission
   for (const [name, value] of Object.entries({
     slots: config.slots,
+    anonymousSlots: config.anonymousSlots,
     maxQueued: config.maxQueued,
     generationWorkspaceBytes: config.generationWorkspaceBytes,
     decisionWorkspaceBytesPerHead: config.decisionWorkspaceBytesPerHead
@@ -102,6 +112,8 @@ export const make = Effect.gen(function*() {
     if (!Number.isSafeInteger(value) || value <= 0) return yield* Effect.dieMessage(`invalid scheduler ${name} ${value}: must be a positive integer`)
   }
   const slots = yield* SlotPool.make(config.slots)
+  // Anonymous sequences come after the conversation slots in the generation context.
+  const anonymous = yield* SlotPool.make(config.anonymousSlots)
   let queued = 0
   let running = 0
 
@@ -149,7 +161,9 @@ export const make = Effect.gen(function*() {
     Effect.map(
       queue(ticket.lane, (stage) =>
         Effect.gen(function*() {
-          const grant = yield* slots.acquire({ lane: ticket.lane, conversation: ticket.conversation })
+          const grant = ticket.conversation === undefined
+            ? yield* Effect.map(anonymous.acquire({ lane: ticket.lane }), (g) => ({ ...g, slot: config.slots + g.slot }))
+            : yield* slots.acquire({ lane: ticket.lane, conversation: ticket.conversation })
           yield* stage("a ready engine")
           yield* engineReady
           yield* stage("workspace memory")
@@ -175,7 +189,12 @@ export const make = Effect.gen(function*() {
     generation,
     decision,
     slotOf: slots.slotOf,
-    status: Effect.map(slots.status, (s) => ({ running, queued, slots: s.slots, conversations: s.owned }))
+    status: Effect.map(slots.status, (s) => ({
+      running,
+      queued,
+      slots: s.slots + config.anonymousSlots,
+      conversations: s.owned
+    }))
   })
 })
 

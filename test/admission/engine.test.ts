@@ -18,9 +18,11 @@ import { candidateSizes, contextCharge, weightsCharge } from "../../src/services
 import * as Runtime from "../../src/layers/Runtime.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
+import * as Scheduler from "../../src/services/Scheduler.js"
 import { testChild, workerLayer } from "../support/engine.js"
 
 const MiB = 1024 * 1024
+const sequences = Scheduler.sequencesOf(Scheduler.SchedulerConfig.defaults)
 
 const config = (overrides: Partial<Admission.AdmissionConfigShape>): Admission.AdmissionConfigShape => ({
   ...Admission.AdmissionConfig.defaults,
@@ -142,8 +144,8 @@ describe("Admission with a real engine child", () => {
     it.effect("the runtime loads each role at the context admission admits, charged before the load", () =>
       Effect.gen(function*() {
         const base = config({})
-        // The runtime's generation context has one sequence per scheduler slot (2 by default).
-        const gen = yield* needs(generation, 8192, base, 2)
+        // The runtime's generation context has one sequence per scheduler slot.
+        const gen = yield* needs(generation, 8192, base, sequences)
         const dec = yield* needs(decision, 1024, base)
         const capBytes = dec.get(1024)! + gen.get(2048)! + base.workspaceReservationBytes
         for (const [size, need] of gen) if (size > 2048) assert.isAbove(need, gen.get(2048)!, `size ${size}`)
@@ -172,7 +174,7 @@ describe("Admission with a real engine child", () => {
     it.effect("a runtime whose budget fits nothing fails to start with what each role needed (no restart loop)", () =>
       Effect.gen(function*() {
         const base = config({})
-        const gen = yield* needs(generation, 8192, base, 2)
+        const gen = yield* needs(generation, 8192, base, sequences)
         const dec = yield* needs(decision, 1024, base)
         const capBytes = dec.get(256)! + gen.get(256)! + base.workspaceReservationBytes - 1
         const runtime = Runtime.layerWithModels({ generation, decision }, {

@@ -139,10 +139,10 @@ describe("Provider scheduling", () => {
       }))
   })
 
-  layer(runtimeLayer({ scheduler: { slots: 1, maxQueued: 1, queueTimeout: Duration.millis(1500) } }), {
+  layer(runtimeLayer({ scheduler: { anonymousSlots: 1, maxQueued: 1, queueTimeout: Duration.millis(1500) } }), {
     timeout: 120_000,
     excludeTestServices: true
-  })("one slot, a queue of one", (it) => {
+  })("one anonymous slot, a queue of one", (it) => {
     it.effect("a full queue refuses at once; a request that waits too long fails with what it waited for", () =>
       Effect.gen(function*() {
         const provider = yield* Provider

@@ -1,0 +1,48 @@
+/**
+ * The prompt of a conversation's next turn as an exact extension of what its sequence holds. The
+ * held tokens (previous prompt and output, as the model produced them) are kept as they are;
+ * after them come the template's text that closes the assistant turn and the new turn's text,
+ * both found by rendering through the model's own template and taking differences, so any
+ * template that renders turns one after another works, and retokenizing the model's output (which
+ * need not give back the same tokens) never happens.
+ */
+import type { ChatMessage } from "../../domain/Inference.js"
+
+/** History (through the last assistant message) and the new turn after it. */
+export const splitTurn = (messages: ReadonlyArray<ChatMessage>) => {
+  let last = -1
+  messages.forEach((m, i) => {
+    if (m.role === "assistant") last = i
+  })
+  return { history: messages.slice(0, last + 1), turn: messages.slice(last + 1) }
+}
+
+/**
+ * A stand-in history for turns sent without one: only the template's structure between turns is
+ * taken from it, never its content.
+ */
+export const standInHistory: ReadonlyArray<ChatMessage> = [
+  { role: "user", content: "." },
+  { role: "assistant", content: "." }
+]
+
+export interface RenderedTexts {
+  /** The history without its last (assistant) message, with the assistant prompt. */
+  readonly assistantPrompt: string
+  /** The history, without a generation prompt. */
+  readonly history: string
+  /** History and turn, with the assistant prompt. */
+  readonly full: string
+}
+
+/** The closing text of the assistant turn and the new turn's text; a string says why not. */
+export const continuationTexts = (
+  texts: RenderedTexts,
+  assistantContent: string
+): { readonly closing: string; readonly turn: string } | string => {
+  if (!texts.history.startsWith(texts.assistantPrompt)) return "the template does not render the assistant turn after its prompt"
+  const reply = texts.history.slice(texts.assistantPrompt.length)
+  if (!reply.startsWith(assistantContent)) return "the template changes the assistant's content"
+  if (!texts.full.startsWith(texts.history)) return "the template does not render the new turn after the history"
+  return { closing: reply.slice(assistantContent.length), turn: texts.full.slice(texts.history.length) }
+}
