@@ -11,8 +11,10 @@
  * cannot fail: an unreachable server reads as state `failed` with the reason. `RemoteStore` keeps
  * the RPC layer's own errors (`RpcLimitError`, `RemoteUnavailable`) next to the store's.
  *
- * Interrupting a call interrupts it on the server. The connection is re-established in the
- * background after it drops (calls in between fail with `EngineUnavailable`/`RemoteUnavailable`).
+ * Building the layer makes a first call (Readiness): no answer is a `ConnectError` with the
+ * reason (no socket, nobody listening, permission denied). Interrupting a call interrupts it on
+ * the server. The connection is re-established in the background after it drops (calls in
+ * between fail with `EngineUnavailable`/`RemoteUnavailable`).
  */
 import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import * as RpcClient from "@effect/rpc/RpcClient"
@@ -24,7 +26,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
-import * as Net from "node:net"
 import * as Path from "node:path"
 import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import type { Readiness } from "../domain/Inference.js"
@@ -188,39 +189,35 @@ export const makeRemoteStore = (client: NativegenClient, socketPath: string): Re
   })
 }
 
-/** Checks that something accepts connections on the socket. */
-const probe = (socketPath: string): Effect.Effect<void, ConnectError> =>
-  Effect.async<void, ConnectError>((resume) => {
-    const socket = Net.createConnection({ path: socketPath })
-    const finish = (result: Effect.Effect<void, ConnectError>) => {
-      socket.removeAllListeners()
-      socket.on("error", () => {})
-      socket.destroy()
-      resume(result)
-    }
-    socket.once("connect", () => finish(Effect.void))
-    socket.once("error", (cause: NodeJS.ErrnoException) => {
-      const reason = cause.code === "ENOENT"
-        ? "there is no socket (is the server running?)"
-        : cause.code === "ECONNREFUSED"
-        ? "nothing listens on the socket (the server is not running)"
-        : cause.code === "EACCES"
-        ? "permission denied"
-        : cause.message
-      finish(Effect.fail(new ConnectError({ socketPath, reason })))
-    })
-    return Effect.sync(() => {
-      socket.removeAllListeners()
-      socket.on("error", () => {})
-      socket.destroy()
-    })
-  })
+/** The errno code somewhere in a chain of causes. */
+const codeIn = (u: unknown, depth = 0): string | undefined => {
+  if (typeof u !== "object" || u === null || depth > 4) return undefined
+  if ("code" in u && typeof u.code === "string") return u.code
+  return "cause" in u ? codeIn(u.cause, depth + 1) : undefined
+}
 
-/** A client of the server on `socketPath`; fails with `ConnectError` when nothing accepts connections there. */
+const connectReason = (error: RpcClientError): string => {
+  switch (codeIn(error.cause)) {
+    case "ENOENT":
+      return "there is no socket (is the server running?)"
+    case "ECONNREFUSED":
+      return "nothing listens on the socket (the server is not running)"
+    case "EACCES":
+      return "permission denied"
+    default:
+      return describe(error)
+  }
+}
+
+const connectTimeout = Duration.seconds(10)
+
+/**
+ * A client of the server on `socketPath`; fails with `ConnectError` when no nativegen server
+ * answers there (within 10 seconds).
+ */
 export const make = (options: { readonly socketPath: string }) =>
   Effect.gen(function*() {
     const socketPath = Path.resolve(options.socketPath)
-    yield* probe(socketPath)
     const protocol = yield* Layer.build(
       RpcClient.layerProtocolSocket({ retryTransientErrors: false }).pipe(
         Layer.provide(NodeSocket.layerNet({ path: socketPath })),
@@ -229,6 +226,16 @@ export const make = (options: { readonly socketPath: string }) =>
     ).pipe(Effect.mapError((error) => new ConnectError({ socketPath, reason: error.message })))
     const client: NativegenClient = yield* RpcClient.make(NativegenRpcs, { spanPrefix: "NativegenClient" }).pipe(
       Effect.provide(protocol)
+    )
+    // A first call: any answer of a nativegen server (a refusal included) means connected.
+    yield* client.Readiness().pipe(
+      Effect.catchAll((error) =>
+        error._tag === "RpcClientError" ? Effect.fail(new ConnectError({ socketPath, reason: connectReason(error) })) : Effect.void
+      ),
+      Effect.timeoutFail({
+        duration: connectTimeout,
+        onTimeout: () => new ConnectError({ socketPath, reason: `no answer within ${Duration.format(connectTimeout)}` })
+      })
     )
     return { client, socketPath }
   })

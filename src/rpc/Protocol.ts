@@ -16,8 +16,11 @@
  * - **In-flight requests** per connection (from the request to its exit, streams included): one
  *   over `maxInFlightPerConnection` fails with `TooManyRequests`.
  * - A connection that closes disconnects its client in the server: its requests are interrupted.
+ * - Responses are written without waiting for the client to read them: streams are paced by the
+ *   client's acks, and a connection with more than 16 MiB of unread responses is closed.
  */
-import * as Socket from "@effect/platform/Socket"
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import type * as Socket from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import type * as Rpc from "@effect/rpc/Rpc"
 import type * as RpcGroup from "@effect/rpc/RpcGroup"
@@ -52,6 +55,9 @@ export const limitsOf = (options: Limits): Limits => ({
 // ---------------------------------------------------------------------------------------------
 // Framing
 // ---------------------------------------------------------------------------------------------
+
+/** Responses buffered for a client that does not read them, before its connection is closed. */
+const maxBufferedBytes = 16 * 1024 * 1024
 
 /** Bytes of an oversized frame kept to find its request id and tag. */
 const headBytes = 512
@@ -261,6 +267,7 @@ export const make = <Rpcs extends Rpc.Any>(
       Effect.gen(function*() {
         const id = nextId++
         const writeRaw = yield* socket.writer
+        const net = yield* Effect.serviceOption(NodeSocket.NetSocket)
         const closing = yield* Deferred.make<void>()
         const write = (message: FromServerEncoded): Effect.Effect<void> => {
           let line: string
@@ -269,7 +276,20 @@ export const make = <Rpcs extends Rpc.Any>(
           } catch (cause) {
             line = JSON.stringify(defectMessage(`cannot encode a response: ${String(cause)}`)) + "\n"
           }
-          return Effect.catchAll(writeRaw(line), () => Effect.void)
+          if (Option.isNone(net)) return Effect.catchAll(writeRaw(line), () => Effect.void)
+          // Never waits for the client to read (a stuck write would hold up shutdown, which cannot
+          // interrupt a request's final write); streams are paced by the client's acks instead,
+          // and a client that lets too much pile up is cut off.
+          const conn = net.value
+          return Effect.suspend(() => {
+            if (conn.destroyed || conn.writableEnded) return Effect.void
+            conn.write(line)
+            if (conn.writableLength <= maxBufferedBytes) return Effect.void
+            conn.destroy()
+            return Effect.logWarning("rpc: closed a connection that does not read its responses").pipe(
+              Effect.annotateLogs({ service: "RpcServer", connection: id, bufferedBytes: conn.writableLength })
+            )
+          })
         }
         // Ends the connection gracefully: what was written is delivered, then the socket is closed.
         const close = Deferred.succeed(closing, undefined)

@@ -129,6 +129,8 @@ const listen = (
           }),
         { concurrency: "unbounded", discard: true }
       ).pipe(
+        // Finalizers are uninterruptible: only an interruptible wait can be cut short by the timeout.
+        Effect.interruptible,
         Effect.timeoutOption(closeGrace),
         Effect.flatMap(() => Effect.sync(() => open.forEach((conn) => conn.destroy())))
       )
@@ -140,12 +142,15 @@ const listen = (
       address: server.address,
       run: (handler) =>
         server.run((socket) =>
-          Effect.flatMap(Effect.serviceOption(NodeSocket.NetSocket), (conn) =>
-            Option.isNone(conn) ? handler(socket) : Effect.acquireUseRelease(
-              Effect.sync(() => open.add(conn.value)),
-              () => handler(socket),
-              () => Effect.sync(() => open.delete(conn.value))
-            ))
+          Effect.flatMap(Effect.serviceOption(NodeSocket.NetSocket), (conn) => {
+            // Tracked until the connection is closed (not until its handler ends: a connection
+            // whose handler ended may still wait for a client to read before it closes).
+            if (Option.isSome(conn) && !conn.value.closed) {
+              open.add(conn.value)
+              conn.value.once("close", () => open.delete(conn.value))
+            }
+            return handler(socket)
+          })
         )
     })
   })
