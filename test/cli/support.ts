@@ -75,3 +75,30 @@ export const run = (
     child.stdin.end(options.stdin ?? "")
     return Effect.sync(() => void child.kill("SIGKILL"))
   })
+
+/** Starts `nativegen ...args`, sends SIGINT once stdout satisfies `until`, and waits for the exit. */
+export const runUntil = (
+  args: ReadonlyArray<string>,
+  until: (stdout: string) => boolean,
+  options: { readonly env?: Record<string, string> } = {}
+): Effect.Effect<Result> =>
+  Effect.async<Result>((resume) => {
+    const child = ChildProcess.spawn(process.execPath, [bin, ...args], {
+      cwd: projectRoot,
+      env: environment(options.env ?? {}),
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    let signalled = false
+    child.stdout.setEncoding("utf8").on("data", (s: string) => {
+      stdout += s
+      if (!signalled && until(stdout)) {
+        signalled = true
+        child.kill("SIGINT")
+      }
+    })
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s))
+    child.on("close", (code, signal) => resume(Effect.succeed({ code, signal, stdout, stderr })))
+    return Effect.sync(() => void child.kill("SIGKILL"))
+  })
