@@ -103,6 +103,9 @@ interface Generation {
   finished: StopReason | undefined
 }
 
+/** How many ended-before-begun generation ids the engine remembers. */
+const MAX_ENDED = 4096
+
 /** node-llama-cpp's version, from the package.json above its resolved entry (it exports no subpath for it). */
 const packageVersion = (): string => {
   let dir = Path.dirname(createRequire(import.meta.url).resolve("node-llama-cpp"))
@@ -394,6 +397,9 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       return (bos !== null && r.model.tokens.shouldPrependBosToken ? [bos, ...body] : body) as ReadonlyArray<number>
     })
 
+  /** Generation ids ended before they began (bounded; oldest forgotten first). */
+  const ended = new Set<string>()
+
   const begin = (request: {
     readonly generationId: string
     readonly lane: Lane
@@ -427,6 +433,10 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       const keep = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
       yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
       const reused = sequence.nextTokenIndex
+      // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
+      if (ended.delete(request.generationId)) {
+        return yield* Effect.fail(invalid("generationId", request.generationId, "was ended before it began"))
+      }
       generations.set(request.generationId, {
         id: request.generationId,
         sequenceIndex: request.sequence,
@@ -478,12 +488,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       // whose cached part ends on the grid is split into the same batches as a cold run.
       const chunkEnd = (Math.floor(g.prefilled / g.prefillChunk) + 1) * g.prefillChunk
       const chunk = g.prompt.slice(g.prefilled, Math.min(chunkEnd, last))
-      return Effect.as(
+      return Effect.map(
         step("prefill", async () => {
           await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
           g.prefilled += chunk.length
         }, g.lane),
-        { _tag: "Prefilled", done: g.prefilled, total: g.prompt.length } as const
+        // Read after the step: the tokens prefilled so far, this chunk included.
+        () => ({ _tag: "Prefilled", done: g.prefilled, total: g.prompt.length }) as const
       )
     }
     return Effect.map(
@@ -566,7 +577,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
   const end = (generationId: string) =>
     Effect.suspend(() => {
       const g = generations.get(generationId)
-      if (g === undefined) return Effect.void
+      if (g === undefined) {
+        // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
+        // remember it, so that Begin does not register a generation nobody will end.
+        ended.add(generationId)
+        if (ended.size > MAX_ENDED) ended.delete(ended.values().next().value!)
+        return Effect.void
+      }
       generations.delete(generationId)
       const iterator = g.iterator
       return iterator === undefined ? Effect.void : Effect.ignore(step("end", async () => void (await iterator.return())))

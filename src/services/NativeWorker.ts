@@ -554,8 +554,19 @@ export const make = Effect.gen(function*() {
     Stream.unwrapScoped(
       Effect.gen(function*() {
         const generationId = Crypto.randomUUID()
+        // End is registered before Begin is sent: a caller interrupted while Begin is in flight
+        // still ends it (the child remembers an End that overtakes its Begin).
+        let begunOn: Incarnation | undefined
+        yield* Effect.addFinalizer(() =>
+          Effect.suspend(() =>
+            begunOn === undefined ? Effect.void : Effect.ignore(guarded(begunOn.child, begunOn.child.client.End({ generationId })))
+          )
+        )
         const { incarnation, reusedTokens } = yield* unavailable(retryOnce(onReady((incarnation) =>
-          Effect.map(
+          Effect.zipRight(
+            Effect.sync(() => {
+              begunOn = incarnation
+            }),
             incarnation.child.client.Begin({
               generationId,
               lane: request.lane ?? "foreground",
@@ -566,12 +577,10 @@ export const make = Effect.gen(function*() {
               stopTokens: request.stopTokens ?? [],
               prefillChunk: config.prefillChunk,
               prefillOnly: request.prefillOnly
-            }),
-            ({ reusedTokens }) => ({ incarnation, reusedTokens })
+            }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
           )
         )))
         const { child } = incarnation
-        yield* Effect.addFinalizer(() => Effect.ignore(guarded(child, child.client.End({ generationId }))))
         let delivered = 0
         const steps = child.client.Advance({ generationId, fromIndex: 0 }).pipe(
           Stream.catchSomeCause((cause) =>

@@ -1,0 +1,293 @@
+/**
+ * Conversation reuse with a real engine child: continuation from a checkpoint, static-prefix
+ * reuse, LRU eviction to a state file and restore, restart of the runtime between turns, and
+ * preparation (also preempted at random points). Parity: a turn's greedy output after any reuse
+ * equals a cold run (nothing reused) of exactly the same prompt tokens.
+ */
+import { assert, describe, it, layer } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Duration from "effect/Duration"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import * as fc from "fast-check"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import { Conversations, hashTokens } from "../../src/services/Conversations.js"
+import { NativeWorker } from "../../src/services/NativeWorker.js"
+import { Provider } from "../../src/services/Provider.js"
+import * as Scheduler from "../../src/services/Scheduler.js"
+import { runtimeLayer } from "../support/engine.js"
+
+const words = ["sea", "ship", "harbor", "wind", "sail", "crew", "light", "storm", "calm", "night", "map", "star"]
+const sentence = fc.array(fc.constantFrom(...words), { minLength: 2, maxLength: 12 }).map((w) => w.join(" "))
+
+const collect = (request: GenerateRequest) =>
+  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
+
+const done = (chunks: ReadonlyArray<GenerateChunk>) => {
+  const last = chunks.at(-1)
+  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
+  return last
+}
+const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
+const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
+  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
+
+/**
+ * Greedy output of `prompt` with nothing reused, on the anonymous sequence (first filled with a
+ * prompt that shares no first token, so no prefix of it can be reused).
+ */
+const cold = (prompt: ReadonlyArray<number>, maxTokens: number) =>
+  Effect.gen(function*() {
+    const worker = yield* NativeWorker
+    const sequence = Scheduler.SchedulerConfig.defaults.slots + 0
+    const other = prompt[0] === 40 ? 41 : 40
+    yield* Stream.runDrain(worker.generate({ prompt: [other, 42], maxTokens: 1, sampling: { temperature: 0 }, sequence }))
+    const events = Chunk.toArray(yield* Stream.runCollect(
+      worker.generate({ prompt, maxTokens, sampling: { temperature: 0 }, sequence })
+    ))
+    const started = events.find((e) => e._tag === "Started")
+    assert.strictEqual(started?._tag === "Started" ? started.reusedTokens : -1, 0, "the cold run reused nothing")
+    return events.flatMap((e) => (e._tag === "Token" ? [e.token] : []))
+  })
+
+/** The prompt a turn ran on: what the conversation holds after it, minus the output. */
+const promptOfTurn = (conversation: string, generated: number) =>
+  Effect.map(Conversations, (c) => {
+    const held = c.held(conversation)!
+    return held.slice(0, held.length - generated)
+  })
+
+/** Runs a turn and checks parity with a cold run of its exact prompt; returns the Done chunk and answer. */
+const turnWithParity = (request: GenerateRequest) =>
+  Effect.gen(function*() {
+    const chunks = yield* collect(request)
+    const d = done(chunks)
+    const prompt = yield* promptOfTurn(request.conversation ?? request.checkpoint!.conversation, d.usage.generatedTokens)
+    assert.strictEqual(prompt.length, d.usage.promptTokens)
+    const reference = yield* cold(prompt, request.maxTokens)
+    // Parity: greedy output after reuse equals the cold run's (markers would be missing from Text tokens).
+    assert.deepStrictEqual(tokensOf(chunks), reference)
+    return { done: d, answer: answerOf(chunks) }
+  })
+
+const tempDir = () => Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-conversations-"))
+
+describe("conversation reuse", () => {
+  const directory = tempDir()
+  layer(runtimeLayer({ conversationsDirectory: directory }), { timeout: 240_000, excludeTestServices: true })("two conversation slots", (it) => {
+    it.effect("continuation from a checkpoint prefills only the new turn; output equals a cold run (property)", () =>
+      Effect.gen(function*() {
+        const context = yield* Effect.context<Provider | NativeWorker | Conversations>()
+        let n = 0
+        yield* Effect.promise(() =>
+          fc.assert(
+            fc.asyncProperty(sentence, sentence, fc.integer({ min: 3, max: 12 }), fc.integer({ min: 3, max: 12 }), (first, second, max1, max2) =>
+              Effect.runPromise(Effect.gen(function*() {
+                const conversation = `parity-${n++}`
+                const user1: ChatMessage = { role: "user", content: first }
+                const one = yield* turnWithParity({ messages: [user1], conversation, maxTokens: max1, sampling: { temperature: 0 } })
+                assert.strictEqual(one.done.checkpoint?.tokens, one.done.usage.promptTokens + max1)
+                const two = yield* turnWithParity({
+                  messages: [user1, { role: "assistant", content: one.answer }, { role: "user", content: second }],
+                  conversation,
+                  checkpoint: one.done.checkpoint!,
+                  maxTokens: max2,
+                  sampling: { temperature: 0 }
+                })
+                assert.strictEqual(two.done.usage.reuse, "continuation")
+                // Everything held was reused but the last output token (sampled, never evaluated).
+                assert.strictEqual(two.done.usage.reusedTokens, one.done.checkpoint!.tokens - 1)
+              }).pipe(Effect.provide(context)))
+            ),
+            { numRuns: 5 }
+          )
+        )
+      }))
+
+    it.effect("a changed earlier message keeps the longest matching prefix (static-prefix reuse)", () =>
+      Effect.gen(function*() {
+        const system: ChatMessage = { role: "system", content: "you are a sailor who answers in short words" }
+        const one = yield* turnWithParity({
+          messages: [system, { role: "user", content: "where is the ship" }],
+          conversation: "prefix",
+          maxTokens: 6
+        })
+        const two = yield* turnWithParity({
+          messages: [system, { role: "user", content: "where is the harbor light" }],
+          conversation: "prefix",
+          maxTokens: 6
+        })
+        assert.strictEqual(two.done.usage.reuse, "prefix")
+        assert.isAbove(two.done.usage.reusedTokens, 10)
+        assert.isBelow(two.done.usage.reusedTokens, one.done.usage.promptTokens)
+      }))
+
+    it.effect("invalid checkpoints are typed errors: wrong hash, beyond the held length, another conversation's, unknown", () =>
+      Effect.gen(function*() {
+        const messages: Array<ChatMessage> = [{ role: "user", content: "hello sea" }]
+        const a = done(yield* collect({ messages, conversation: "a", maxTokens: 4 })).checkpoint!
+        yield* collect({ messages, conversation: "b", maxTokens: 4 })
+        const next = (checkpoint: Checkpoint, conversation = checkpoint.conversation) =>
+          Effect.flip(collect({
+            messages: [...messages, { role: "assistant", content: "x" }, { role: "user", content: "more" }],
+            conversation,
+            checkpoint,
+            maxTokens: 4
+          }))
+        const cases: ReadonlyArray<[ReturnType<typeof next>, RegExp]> = [
+          [next({ ...a, hash: "0".repeat(64) }), /hash 0+ does not match the held tokens/],
+          [next({ ...a, tokens: a.tokens + 1 }), new RegExp(`checkpoint of ${a.tokens + 1} tokens is beyond the ${a.tokens} held`)],
+          [next(a, "b"), /belongs to conversation a/],
+          [next({ ...a, conversation: "nobody" }), /nothing is held for this conversation/]
+        ]
+        for (const [attempt, message] of cases) {
+          const error = yield* attempt
+          assert.strictEqual(error._tag, "InvalidCheckpoint")
+          assert.match(error.message, message)
+        }
+        // A checkpoint at an earlier point of what is held is valid (a shorter prefix).
+        const conversations = yield* Conversations
+        const held = conversations.held("a")!
+        const earlier = { conversation: "a", tokens: held.length - 2, hash: hashTokens(held.slice(0, -2)) }
+        const ok = done(yield* collect({ messages: [{ role: "user", content: "again" }], checkpoint: earlier, maxTokens: 3 }))
+        assert.strictEqual(ok.usage.reuse, "continuation")
+      }))
+
+    it.effect("utility calls between turns leave the conversation's checkpoint and cache intact", () =>
+      Effect.gen(function*() {
+        const user1: ChatMessage = { role: "user", content: "name three stars" }
+        const one = done(yield* collect({ messages: [user1], conversation: "kept", maxTokens: 5 }))
+        for (const content of ["summarize the storm", "translate calm night", "list the crew"]) {
+          yield* collect({ messages: [{ role: "user", content }], lane: "utility", maxTokens: 5 })
+        }
+        const two = yield* turnWithParity({
+          messages: [user1, { role: "assistant", content: "x" }, { role: "user", content: "and one more" }],
+          conversation: "kept",
+          checkpoint: one.checkpoint!,
+          maxTokens: 5
+        })
+        assert.strictEqual(two.done.usage.reuse, "continuation")
+        assert.strictEqual(two.done.usage.reusedTokens, one.checkpoint!.tokens - 1)
+      }))
+
+    it.effect("LRU eviction saves to a state file; the next turn restores it; a tampered file is refused before the engine", () =>
+      Effect.gen(function*() {
+        const user: ChatMessage = { role: "user", content: "the old map shows a storm" }
+        const first = done(yield* collect({ messages: [user], conversation: "evicted", maxTokens: 5 })).checkpoint!
+        // Two more conversations take both slots: "evicted" is the least recently used.
+        yield* collect({ messages: [{ role: "user", content: "one" }], conversation: "other-1", maxTokens: 3 })
+        yield* collect({ messages: [{ role: "user", content: "two" }], conversation: "other-2", maxTokens: 3 })
+        const modelDir = Fs.readdirSync(directory).map((d) => Path.join(directory, d))[0]!
+        const sidecars = Fs.readdirSync(modelDir).filter((f) => f.endsWith(".json"))
+        assert.isAtLeast(sidecars.length, 1)
+        const turn2 = {
+          messages: [user, { role: "assistant" as const, content: "x" }, { role: "user" as const, content: "where" }],
+          conversation: "evicted",
+          checkpoint: first,
+          maxTokens: 5
+        }
+        // Tamper with the state file: the checkpoint is refused before the file reaches the engine.
+        const sidecar = Path.join(modelDir, sidecars.find((f) => JSON.parse(Fs.readFileSync(Path.join(modelDir, f), "utf8")).conversation === "evicted")!)
+        const state = sidecar.replace(/\.json$/, ".state")
+        const original = Fs.readFileSync(state)
+        const flipped = Buffer.from(original)
+        flipped[flipped.length - 1] ^= 0xff
+        Fs.writeFileSync(state, flipped)
+        const refused = yield* Effect.flip(collect(turn2))
+        assert.strictEqual(refused._tag, "InvalidCheckpoint")
+        assert.match(refused.message, /does not match the sha256 its record names/)
+        Fs.writeFileSync(state, original)
+        const restored = yield* turnWithParity(turn2)
+        assert.strictEqual(restored.done.usage.reuse, "restored")
+        assert.strictEqual(restored.done.usage.reusedTokens, first.tokens - 1)
+      }))
+
+    it.effect("preparation prefills on the chunk grid; the next turn reuses it; preempted at random points it keeps what it did", () =>
+      Effect.gen(function*() {
+        const provider = yield* Provider
+        const prefix: ReadonlyArray<ChatMessage> = [{ role: "system", content: "you keep the ship log. ".repeat(20) }]
+        const history: ReadonlyArray<ChatMessage> = [
+          { role: "user", content: "log the wind and the sail at night. ".repeat(12) },
+          { role: "assistant", content: "logged the storm and the calm. ".repeat(12) }
+        ]
+        const result = yield* provider.prepare({ conversation: "prepared", prefix, history })
+        assert.isTrue(result.complete)
+        assert.strictEqual(result.preparedTokens % 128, 0)
+        assert.isAbove(result.preparedTokens, 256)
+        const turn = yield* turnWithParity({
+          messages: [...prefix, ...history, { role: "user", content: "what now" }],
+          conversation: "prepared",
+          maxTokens: 5
+        })
+        assert.strictEqual(turn.done.usage.reuse, "prepared")
+        assert.isAtLeast(turn.done.usage.reusedTokens, result.preparedTokens)
+
+        const context = yield* Effect.context<Provider | NativeWorker | Conversations>()
+        const scheduler = yield* Scheduler.Scheduler
+        const longHistory: ReadonlyArray<ChatMessage> = [
+          { role: "user", content: "log the wind and the sail at night. ".repeat(60) },
+          { role: "assistant", content: "logged the storm and the calm. ".repeat(60) }
+        ]
+        let n = 0
+        const outcomes: Array<string> = []
+        yield* Effect.promise(() =>
+          fc.assert(
+            fc.asyncProperty(fc.integer({ min: 0, max: 40 }), (millis) =>
+              Effect.runPromise(Effect.gen(function*() {
+                const conversation = `preempted-${n++}`
+                const preparation = yield* Effect.fork(provider.prepare({ conversation, prefix, history: longHistory }))
+                // Once the preparation holds its slot, the turn arrives after a random delay: a
+                // random point in its prefill (correctness must hold at any point, so this is not
+                // synchronisation).
+                yield* scheduler.status.pipe(Effect.repeat({ until: (s) => s.running > 0, schedule: Schedule.spaced("1 millis") }))
+                yield* Effect.sleep(Duration.millis(millis))
+                const chunks = yield* collect({ messages: [...prefix, ...longHistory, { role: "user", content: "now" }], conversation, maxTokens: 4 })
+                const prepared = yield* Fiber.join(preparation)
+                outcomes.push(prepared.complete ? "complete" : `partial ${prepared.preparedTokens}`)
+                const d = done(chunks)
+                // Whatever preparation prefilled before it was preempted was reused, none recomputed.
+                assert.isAtLeast(d.usage.reusedTokens, prepared.preparedTokens)
+                const prompt = yield* promptOfTurn(conversation, d.usage.generatedTokens)
+                assert.deepStrictEqual(tokensOf(chunks), yield* cold(prompt, 4))
+              }).pipe(Effect.provide(context)))
+            ),
+            { numRuns: 6 }
+          )
+        )
+        console.info(`preparations preempted at random points: ${outcomes.join(", ")}`)
+        // The turn preempted at least one preparation (the property is about those).
+        assert.isTrue(outcomes.some((o) => o !== "complete" && o !== "partial 0"), outcomes.join(", "))
+      }))
+  })
+
+  it.effect("checkpoints survive a restart of the runtime", () =>
+    Effect.gen(function*() {
+      const dir = tempDir()
+      const user: ChatMessage = { role: "user", content: "remember the harbor" }
+      const runtime = () => Layer.build(runtimeLayer({ conversationsDirectory: dir }))
+      const first = yield* Effect.scoped(Effect.gen(function*() {
+        const context = yield* runtime()
+        return done(yield* collect({ messages: [user], conversation: "durable", maxTokens: 5 }).pipe(Effect.provide(context))).checkpoint!
+      }))
+      // A new runtime (new engine child, nothing in memory) continues from the checkpoint.
+      yield* Effect.scoped(Effect.gen(function*() {
+        const context = yield* runtime()
+        const next = done(yield* collect({
+          messages: [user, { role: "assistant", content: "x" }, { role: "user", content: "and now?" }],
+          conversation: "durable",
+          checkpoint: first,
+          maxTokens: 5
+        }).pipe(Effect.provide(context)))
+        assert.strictEqual(next.usage.reuse, "restored")
+        assert.strictEqual(next.usage.reusedTokens, first.tokens - 1)
+        assert.strictEqual(Context.get(context, Provider) !== undefined, true)
+      }))
+    }), { timeout: 120_000 })
+})
