@@ -29,6 +29,9 @@ const serveAt = (socketPath: string, options: Partial<Server.ServerOptions> = {}
     return yield* serve({ socketPath, ...options }).pipe(Effect.map((served) => ({ ...served, storeDir: dir })))
   })
 
+/** Why a server on `socketPath` did not start (a started one fails the test without dragging its services into the report). */
+const startError = (socketPath: string) => Effect.flip(Effect.asVoid(serveAt(socketPath)))
+
 /** Listens on `path` in a child process that then dies by SIGKILL: a stale socket. */
 const staleSocket = (path: string) => {
   const result = ChildProcess.spawnSync(process.execPath, [
@@ -64,13 +67,13 @@ describe("socket directory", () => {
       const socketDir = Path.join(dir, "run")
       Fs.mkdirSync(socketDir)
       Fs.chmodSync(socketDir, 0o755)
-      const error = yield* Effect.flip(serveAt(Path.join(socketDir, "nativegen.sock")))
+      const error = yield* startError(Path.join(socketDir, "nativegen.sock"))
       assert.strictEqual(error._tag, "UnsafeSocketDirectory")
       assert.include(error.message, "0755")
       assert.strictEqual(modeOf(socketDir), 0o755)
       assert.isFalse(Fs.existsSync(Path.join(socketDir, "nativegen.sock")))
       Fs.chmodSync(socketDir, 0o710)
-      assert.strictEqual((yield* Effect.flip(serveAt(Path.join(socketDir, "nativegen.sock"))))._tag, "UnsafeSocketDirectory")
+      assert.strictEqual((yield* startError(Path.join(socketDir, "nativegen.sock")))._tag, "UnsafeSocketDirectory")
     }))
 
   it.scoped("a symlinked directory is refused, even to a private directory", () =>
@@ -79,7 +82,7 @@ describe("socket directory", () => {
       const real = Path.join(dir, "real")
       Fs.mkdirSync(real, { mode: 0o700 })
       Fs.symlinkSync(real, Path.join(dir, "link"))
-      const error = yield* Effect.flip(serveAt(Path.join(dir, "link", "nativegen.sock")))
+      const error = yield* startError(Path.join(dir, "link", "nativegen.sock"))
       assert.strictEqual(error._tag, "UnsafeSocketDirectory")
       assert.include(error.message, "symlink")
       assert.deepStrictEqual(Fs.readdirSync(real), [])
@@ -91,7 +94,7 @@ describe("socket directory", () => {
       const socketDir = Path.join(dir, "theirs")
       Fs.mkdirSync(socketDir, { mode: 0o700 })
       Fs.chownSync(socketDir, 65534, 65534)
-      const error = yield* Effect.flip(serveAt(Path.join(socketDir, "nativegen.sock")))
+      const error = yield* startError(Path.join(socketDir, "nativegen.sock"))
       assert.strictEqual(error._tag, "UnsafeSocketDirectory")
       assert.include(error.message, "owned by uid 65534")
     }))
@@ -103,7 +106,7 @@ describe("socket directory", () => {
       Fs.mkdirSync(socketDir, { mode: 0o700 })
       const socketPath = Path.join(socketDir, "nativegen.sock")
       Fs.writeFileSync(socketPath, "precious")
-      const error = yield* Effect.flip(serveAt(socketPath))
+      const error = yield* startError(socketPath)
       assert.strictEqual(error._tag, "SocketPathOccupied")
       assert.strictEqual(Fs.readFileSync(socketPath, "utf8"), "precious")
     }))
@@ -113,7 +116,7 @@ describe("one server per socket", () => {
   it.scoped("a second server on the same socket is AlreadyRunning, and the first keeps serving", () =>
     Effect.gen(function*() {
       const { socketPath } = yield* serve()
-      const error = yield* Effect.flip(serveAt(socketPath))
+      const error = yield* startError(socketPath)
       assert.strictEqual(error._tag, "AlreadyRunning")
       assert.include(error.message, socketPath)
       const { provider } = yield* connect(socketPath)
@@ -132,7 +135,7 @@ describe("one server per socket", () => {
         Effect.async<void>((resume) => void foreign.listen(socketPath, () => resume(Effect.void))),
         () => Effect.async<void>((resume) => void foreign.close(() => resume(Effect.void)))
       )
-      const error = yield* Effect.flip(serveAt(socketPath))
+      const error = yield* startError(socketPath)
       assert.strictEqual(error._tag, "AlreadyRunning")
       assert.include(error.message, "accepts connections")
       // The probe's connection reached the foreign listener, and its socket is still there.
@@ -147,7 +150,7 @@ describe("one server per socket", () => {
       Fs.mkdirSync(socketDir, { mode: 0o700 })
       const socketPath = Path.join(socketDir, "nativegen.sock")
       staleSocket(socketPath)
-      const refused = yield* Effect.flip(connect(socketPath))
+      const refused = yield* Effect.flip(Effect.asVoid(connect(socketPath)))
       assert.instanceOf(refused, Client.ConnectError)
       assert.include(refused.reason, "nothing listens")
       yield* serveAt(socketPath)
@@ -158,7 +161,7 @@ describe("one server per socket", () => {
   it.scoped("no socket at all: ConnectError says so", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
-      const error = yield* Effect.flip(connect(Path.join(dir, "none.sock")))
+      const error = yield* Effect.flip(Effect.asVoid(connect(Path.join(dir, "none.sock"))))
       assert.instanceOf(error, Client.ConnectError)
       assert.include(error.reason, "no socket")
     }))
