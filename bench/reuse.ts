@@ -34,6 +34,7 @@ import * as Path from "node:path"
 import { ensureModel } from "../fixtures/models.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest, ReuseKind } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
+import * as Conversations from "../src/services/Conversations.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
 import { Provider } from "../src/services/Provider.js"
 import { Scheduler } from "../src/services/Scheduler.js"
@@ -96,14 +97,6 @@ const median = (xs: ReadonlyArray<number>) => {
   return s.length === 0 ? NaN : s.length % 2 === 1 ? s[m]! : (s[m - 1]! + s[m]!) / 2
 }
 const min = (xs: ReadonlyArray<number>) => Math.min(...xs)
-const sha256File = (path: string) =>
-  Effect.async<string, Error>((resume) => {
-    const hash = Crypto.createHash("sha256")
-    Fs.createReadStream(path)
-      .on("data", (chunk) => hash.update(chunk))
-      .on("error", (e) => resume(Effect.fail(e)))
-      .on("end", () => resume(Effect.succeed(hash.digest("hex"))))
-  })
 const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.gen(function*() {
     const t = performance.now()
@@ -228,7 +221,7 @@ const program = (directory: string) =>
               const slot = scheduler.slotOf(id)!
               const scratch = Path.join(directory, `scratch-${round}.state`)
               const saved = yield* timed(worker.saveState(slot, scratch))
-              const hashed = yield* timed(sha256File(scratch))
+              const hashed = yield* timed(Conversations.digestOfFile(scratch))
               const restored = yield* timed(worker.restoreState(SLOTS, scratch))
               Fs.rmSync(scratch)
               yield* filler(`${id}-filler-a`)
