@@ -28,6 +28,8 @@ export interface RuntimeOptions {
    * `conversations/` directory for the store-backed runtime; none (nothing saved) by path.
    */
   readonly conversationsDirectory: string | undefined
+  /** State files kept per model (least recently saved deleted first). Default 32. */
+  readonly conversationsMaxSaved: number | undefined
   readonly admission: Partial<Admission.AdmissionConfigShape>
   readonly worker: Partial<NativeWorker.NativeWorkerConfigShape>
   readonly scheduler: Partial<Scheduler.SchedulerConfigShape>
@@ -98,6 +100,7 @@ const engine = (
       Effect.provide(context),
       Effect.provideService(Conversations.ConversationsConfig, {
         directory: options.conversationsDirectory,
+        maxSaved: options.conversationsMaxSaved,
         modelDigest: generation === undefined
           ? "none"
           : generation.digest ?? (yield* Conversations.digestOfFile(generation.modelPath))

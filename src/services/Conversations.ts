@@ -26,6 +26,8 @@ export interface ConversationsConfigShape {
   readonly directory: string | undefined
   /** sha256 of the generation model: state files of any other model are refused. */
   readonly modelDigest: string
+  /** State files kept per model; the least recently saved beyond this are deleted. Default 32. */
+  readonly maxSaved?: number | undefined
 }
 
 export class ConversationsConfig extends Context.Tag("nativegen/ConversationsConfig")<
@@ -177,9 +179,27 @@ export const make = Effect.gen(function*() {
         stateSha256: yield* sha256File(paths.state)
       }
       yield* writeFileAtomic(paths.sidecar, JSON.stringify(sidecar))
+      yield* prune
     }).pipe(
       Effect.catchAll((e) => Effect.logWarning(`conversation ${conversation} could not be saved: ${e.message}`))
     )
+
+  /**
+   * Keeps the state files bounded (each is the conversation's whole KV cache, ~16 KiB per token on
+   * the bench model): beyond `maxSaved`, the least recently saved are deleted, sidecar first, so a
+   * state file is never trusted without its record.
+   */
+  const prune = Effect.try(() => {
+    if (directory === undefined) return
+    const sidecars = Fs.readdirSync(directory)
+      .filter((name) => name.endsWith(".json"))
+      .map((name) => ({ name, saved: Fs.statSync(Path.join(directory, name)).mtimeMs }))
+      .sort((a, b) => b.saved - a.saved)
+    for (const { name } of sidecars.slice(config.maxSaved ?? 32)) {
+      Fs.rmSync(Path.join(directory, name), { force: true })
+      Fs.rmSync(Path.join(directory, name.replace(/\.json$/, ".state")), { force: true })
+    }
+  })
 
   const attach = (conversation: string, slot: number, evicted: string | undefined) =>
     Effect.gen(function*() {

@@ -46,7 +46,8 @@ const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
 const cold = (prompt: ReadonlyArray<number>, maxTokens: number) =>
   Effect.gen(function*() {
     const worker = yield* NativeWorker
-    const sequence = Scheduler.SchedulerConfig.defaults.slots + 0
+    // The last sequence is an anonymous one (after the conversation slots).
+    const sequence = (yield* (yield* Scheduler.Scheduler).status).slots - 1
     const other = prompt[0] === 40 ? 41 : 40
     yield* Stream.runDrain(worker.generate({ prompt: [other, 42], maxTokens: 1, sampling: { temperature: 0 }, sequence }))
     const events = Chunk.toArray(yield* Stream.runCollect(
@@ -84,7 +85,7 @@ describe("conversation reuse", () => {
   layer(runtimeLayer({ conversationsDirectory: directory }), { timeout: 240_000, excludeTestServices: true })("two conversation slots", (it) => {
     it.effect("continuation from a checkpoint prefills only the new turn; output equals a cold run (property)", () =>
       Effect.gen(function*() {
-        const context = yield* Effect.context<Provider | NativeWorker | Conversations>()
+        const context = yield* Effect.context<Provider | NativeWorker | Conversations | Scheduler.Scheduler>()
         let n = 0
         yield* Effect.promise(() =>
           fc.assert(
@@ -229,7 +230,7 @@ describe("conversation reuse", () => {
         assert.strictEqual(turn.done.usage.reuse, "prepared")
         assert.isAtLeast(turn.done.usage.reusedTokens, result.preparedTokens)
 
-        const context = yield* Effect.context<Provider | NativeWorker | Conversations>()
+        const context = yield* Effect.context<Provider | NativeWorker | Conversations | Scheduler.Scheduler>()
         const scheduler = yield* Scheduler.Scheduler
         const longHistory: ReadonlyArray<ChatMessage> = [
           { role: "user", content: "log the wind and the sail at night. ".repeat(60) },
@@ -264,6 +265,34 @@ describe("conversation reuse", () => {
         console.info(`preparations preempted at random points: ${outcomes.join(", ")}`)
         // The turn preempted at least one preparation (the property is about those).
         assert.isTrue(outcomes.some((o) => o !== "complete" && o !== "partial 0"), outcomes.join(", "))
+      }))
+  })
+
+  const bounded = tempDir()
+  layer(runtimeLayer({ conversationsDirectory: bounded, conversationsMaxSaved: 1, scheduler: { slots: 1 } }), {
+    timeout: 120_000,
+    excludeTestServices: true
+  })("one slot, one state file kept", (it) => {
+    it.effect("state files are bounded: the oldest is deleted, and its conversation is recomputed, not lost", () =>
+      Effect.gen(function*() {
+        const user: ChatMessage = { role: "user", content: "the first log of the voyage" }
+        const first = done(yield* collect({ messages: [user], conversation: "oldest", maxTokens: 4 })).checkpoint!
+        // Each new conversation takes the only slot and saves the previous one; one file is kept.
+        yield* collect({ messages: [{ role: "user", content: "second" }], conversation: "middle", maxTokens: 3 })
+        yield* collect({ messages: [{ role: "user", content: "third" }], conversation: "newest", maxTokens: 3 })
+        const modelDir = Path.join(bounded, Fs.readdirSync(bounded)[0]!)
+        const kept = Fs.readdirSync(modelDir).filter((f) => f.endsWith(".json"))
+        assert.deepStrictEqual(kept.map((f) => JSON.parse(Fs.readFileSync(Path.join(modelDir, f), "utf8")).conversation), ["middle"])
+        assert.strictEqual(Fs.readdirSync(modelDir).filter((f) => f.endsWith(".state")).length, 1)
+        // The oldest conversation's tokens are still known: its checkpoint is valid, its prompt recomputed.
+        const next = yield* turnWithParity({
+          messages: [user, { role: "assistant", content: "x" }, { role: "user", content: "go on" }],
+          conversation: "oldest",
+          checkpoint: first,
+          maxTokens: 4
+        })
+        assert.notStrictEqual(next.done.usage.reuse, "restored")
+        assert.isBelow(next.done.usage.reusedTokens, first.tokens - 1)
       }))
   })
 
