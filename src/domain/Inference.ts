@@ -56,7 +56,9 @@ export const GenerateRequest = Schema.Struct({
   sampling: Schema.optional(Sampling),
   /** Generation stops before any of these strings; the stop string is not returned. */
   stop: Schema.optional(Schema.Array(Schema.String)),
-  lane: Schema.optional(GenerationLane)
+  lane: Schema.optional(GenerationLane),
+  /** Report each generated token's probability (under the sampling options) on its Text chunk. */
+  probabilities: Schema.optional(Schema.Boolean)
 })
 export type GenerateRequest = typeof GenerateRequest.Type
 
@@ -88,7 +90,13 @@ export type Timings = typeof Timings.Type
 
 export const GenerateChunk = Schema.Union(
   /** Text of one channel, with the tokens behind it (markers never appear). */
-  Schema.TaggedStruct("Text", { channel: Channel, text: Schema.String, tokens: Schema.Array(Schema.NonNegativeInt) }),
+  Schema.TaggedStruct("Text", {
+    channel: Channel,
+    text: Schema.String,
+    tokens: Schema.Array(Schema.NonNegativeInt),
+    /** Per token, its probability when the request asked for them. */
+    probabilities: Schema.optional(Schema.Array(Schema.Number))
+  }),
   /** The last chunk of every successful generation. */
   Schema.TaggedStruct("Done", {
     stopReason: StopReason,

@@ -95,12 +95,22 @@ interface Generation {
   readonly prefillOnly: boolean
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
-  iterator: AsyncGenerator<Token, void, void | Token | Token[]> | undefined
+  iterator: AsyncGenerator<{ readonly token: Token; readonly confidence?: number }, void, void | Token | Token[]> | undefined
+  /** Report each sampled token's probability (after sampling options). */
+  readonly confidence: boolean
+  readonly confidences: Array<number>
   readonly tokens: Array<number>
   readonly texts: Array<string>
   /** Tokens whose text is held back until their UTF-8 sequence completes. */
   pendingText: Array<number>
   finished: StopReason | undefined
+}
+
+/** Length of the common prefix of two token lists. */
+const commonPrefix = (a: ReadonlyArray<number>, b: ReadonlyArray<number>) => {
+  let n = 0
+  while (n < a.length && n < b.length && a[n] === b[n]) n++
+  return n
 }
 
 /** How many ended-before-begun generation ids the engine remembers. */
@@ -410,6 +420,8 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     readonly stopTokens: ReadonlyArray<number>
     readonly prefillChunk: number
     readonly prefillOnly?: boolean | undefined
+    readonly confidence?: boolean | undefined
+    readonly reuseOnGrid?: boolean | undefined
   }) =>
     Effect.gen(function*() {
       const r = yield* resident("generation")
@@ -429,8 +441,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         )
       }
       // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to
-      // sample; prefill-only keeps all of it).
-      const keep = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
+      // sample; prefill-only keeps all of it). On the grid, only whole prefill chunks are kept, so
+      // the rest is split into the same batches as a cold run (bit-identical probabilities).
+      const prefillChunk = Math.min(request.prefillChunk, options.batchSize)
+      const candidates = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
+      const keep = request.reuseOnGrid === true
+        ? candidates.slice(0, Math.floor(commonPrefix(sequence.contextTokens, candidates) / prefillChunk) * prefillChunk)
+        : candidates
       yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
       const reused = sequence.nextTokenIndex
       // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
@@ -446,11 +463,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         sampling: request.sampling,
         maxTokens: request.maxTokens,
         stopTokens: new Set(request.stopTokens),
-        prefillChunk: Math.min(request.prefillChunk, options.batchSize),
+        prefillChunk,
         lane: request.lane,
         prefillOnly: request.prefillOnly === true,
         prefilled: reused,
         iterator: undefined,
+        confidence: request.confidence === true,
+        confidences: [],
         tokens: [],
         texts: [],
         pendingText: [],
@@ -502,7 +521,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
           await new Promise<never>(() => {})
         }
-        g.iterator ??= g.sequence.evaluate([g.prompt[last]!], {
+        g.iterator ??= g.sequence.evaluateWithMetadata([g.prompt[last]!], { confidence: g.confidence }, {
           yieldEogToken: true,
           temperature: g.sampling.temperature,
           ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
@@ -511,8 +530,8 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         })
         const next = await g.iterator.next()
         if (next.done === true) throw new Error("the sequence ended its evaluation")
-        const token = next.value as number
-        if (g.model.isEogToken(next.value)) {
+        const token = next.value.token as number
+        if (g.model.isEogToken(next.value.token)) {
           g.finished = "endOfGeneration"
           return { _tag: "Finished", reason: g.finished, generated: g.tokens.length } as const
         }
@@ -523,9 +542,11 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         const text = textOf(g, token)
         g.tokens.push(token)
         g.texts.push(text)
+        const confidence = next.value.confidence
+        if (confidence !== undefined) g.confidences.push(confidence)
         if (g.tokens.length >= g.maxTokens) g.finished = "maxTokens"
         afterDecodedToken()
-        return { _tag: "Token", index: g.tokens.length - 1, token, text } as const
+        return { _tag: "Token", index: g.tokens.length - 1, token, text, ...(confidence === undefined ? {} : { confidence }) } as const
       }, g.lane),
       (event): AdvanceEvent => event
     )
@@ -542,9 +563,10 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         if (!Number.isInteger(fromIndex) || fromIndex < 0 || fromIndex > g.tokens.length) {
           return yield* Effect.fail(invalid("fromIndex", fromIndex, `must be in [0, ${g.tokens.length}]`))
         }
-        const replay = g.tokens.slice(fromIndex).map(
-          (token, i): AdvanceEvent => ({ _tag: "Token", index: fromIndex + i, token, text: g.texts[fromIndex + i]! })
-        )
+        const replay = g.tokens.slice(fromIndex).map((token, i): AdvanceEvent => {
+          const confidence = g.confidences[fromIndex + i]
+          return { _tag: "Token", index: fromIndex + i, token, text: g.texts[fromIndex + i]!, ...(confidence === undefined ? {} : { confidence }) }
+        })
         const prefill = Stream.repeatEffectOption(
           Effect.suspend(() =>
             g.prefilled < prefillEnd(g) ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())

@@ -111,7 +111,13 @@ export type StopReason = typeof StopReason.Type
 
 export const AdvanceEvent = Schema.Union(
   Schema.TaggedStruct("Prefilled", { done: Schema.Int, total: Schema.Int }),
-  Schema.TaggedStruct("Token", { index: Schema.Int, token: TokenId, text: Schema.String }),
+  Schema.TaggedStruct("Token", {
+    index: Schema.Int,
+    token: TokenId,
+    text: Schema.String,
+    /** The token's probability under the sampling options, when asked for. */
+    confidence: Schema.optional(Schema.Number)
+  }),
   Schema.TaggedStruct("Finished", { reason: StopReason, generated: Schema.Int })
 )
 export type AdvanceEvent = typeof AdvanceEvent.Type
@@ -194,7 +200,11 @@ export class EngineRpcs extends RpcGroup.make(
       stopTokens: Tokens,
       prefillChunk: Schema.Int,
       /** Only prefill the whole prompt (preparation): no token is sampled. */
-      prefillOnly: Schema.optional(Schema.Boolean)
+      prefillOnly: Schema.optional(Schema.Boolean),
+      /** Report each sampled token's probability. */
+      confidence: Schema.optional(Schema.Boolean),
+      /** Reuse only whole prefill chunks of the cached prefix (batches then split as in a cold run). */
+      reuseOnGrid: Schema.optional(Schema.Boolean)
     },
     success: Schema.Struct({ reusedTokens: Schema.Int }),
     error: EngineError

@@ -190,6 +190,13 @@ export interface GenerateRequest {
   readonly lane?: Lane | undefined
   /** Only prefill the prompt into the sequence (preparation); nothing is sampled. */
   readonly prefillOnly?: boolean | undefined
+  /** Report each sampled token's probability on its Token event. */
+  readonly confidence?: boolean | undefined
+  /**
+   * Reuse only whole prefill chunks of the cached prefix: the rest is prefilled in the same batches
+   * as a cold run, so probabilities are bit-identical to it when the kept part was prefilled too.
+   */
+  readonly reuseOnGrid?: boolean | undefined
 }
 
 export type GenerationEvent = AdvanceEvent | { readonly _tag: "Started"; readonly reusedTokens: number }
@@ -576,7 +583,9 @@ export const make = Effect.gen(function*() {
               maxTokens: request.maxTokens,
               stopTokens: request.stopTokens ?? [],
               prefillChunk: config.prefillChunk,
-              prefillOnly: request.prefillOnly
+              prefillOnly: request.prefillOnly,
+              confidence: request.confidence,
+              reuseOnGrid: request.reuseOnGrid
             }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
           )
         )))

@@ -186,7 +186,11 @@ export const make = Effect.gen(function*() {
           maxTokens: request.maxTokens,
           sampling: request.sampling ?? { temperature: 0 },
           sequence: grant.slot,
-          lane: request.lane ?? "foreground"
+          lane: request.lane ?? "foreground",
+          confidence: request.probabilities,
+          // A continuation keeps everything (its history was decoded token by token, which no
+          // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity.
+          reuseOnGrid: !continued
         }).pipe(
           Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
             Effect.gen(function*() {
@@ -203,7 +207,7 @@ export const make = Effect.gen(function*() {
                   generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
-                  const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text))
+                  const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence))
                   if (stopped) stopReason = "stopString"
                   return { _tag: "Chunks", chunks, last: stopped }
                 }
@@ -321,7 +325,7 @@ export const make = Effect.gen(function*() {
       const work = Effect.scoped(Effect.gen(function*() {
         const grant = yield* scheduler.generation({ lane: "preparation", label: `prepare-${conversation}`, conversation })
         yield* conversations.attach(conversation, grant.slot, grant.evicted)
-        yield* worker.generate({ prompt: tokens, maxTokens: 1, sampling: { temperature: 0 }, sequence: grant.slot, lane: "preparation", prefillOnly: true }).pipe(
+        yield* worker.generate({ prompt: tokens, maxTokens: 1, sampling: { temperature: 0 }, sequence: grant.slot, lane: "preparation", prefillOnly: true, reuseOnGrid: true }).pipe(
           Stream.runForEach((event) =>
             Effect.sync(() => {
               if (event._tag === "Started") done = event.reusedTokens

@@ -36,6 +36,8 @@ const done = (chunks: ReadonlyArray<GenerateChunk>) => {
   return last
 }
 const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
+const probabilitiesOf = (chunks: ReadonlyArray<GenerateChunk>) =>
+  chunks.flatMap((c) => (c._tag === "Text" ? c.probabilities ?? [] : []))
 const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
   chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
 
@@ -51,11 +53,12 @@ const cold = (prompt: ReadonlyArray<number>, maxTokens: number) =>
     const other = prompt[0] === 40 ? 41 : 40
     yield* Stream.runDrain(worker.generate({ prompt: [other, 42], maxTokens: 1, sampling: { temperature: 0 }, sequence }))
     const events = Chunk.toArray(yield* Stream.runCollect(
-      worker.generate({ prompt, maxTokens, sampling: { temperature: 0 }, sequence })
+      worker.generate({ prompt, maxTokens, sampling: { temperature: 0 }, sequence, confidence: true })
     ))
     const started = events.find((e) => e._tag === "Started")
     assert.strictEqual(started?._tag === "Started" ? started.reusedTokens : -1, 0, "the cold run reused nothing")
-    return events.flatMap((e) => (e._tag === "Token" ? [e.token] : []))
+    const tokens = events.flatMap((e) => (e._tag === "Token" ? [e] : []))
+    return { tokens: tokens.map((t) => t.token), probabilities: tokens.map((t) => t.confidence!) }
   })
 
 /** The prompt a turn ran on: what the conversation holds after it, minus the output. */
@@ -68,13 +71,25 @@ const promptOfTurn = (conversation: string, generated: number) =>
 /** Runs a turn and checks parity with a cold run of its exact prompt; returns the Done chunk and answer. */
 const turnWithParity = (request: GenerateRequest) =>
   Effect.gen(function*() {
-    const chunks = yield* collect(request)
+    const chunks = yield* collect({ ...request, probabilities: true })
     const d = done(chunks)
     const prompt = yield* promptOfTurn(request.conversation ?? request.checkpoint!.conversation, d.usage.generatedTokens)
     assert.strictEqual(prompt.length, d.usage.promptTokens)
     const reference = yield* cold(prompt, request.maxTokens)
     // Parity: greedy output after reuse equals the cold run's (markers would be missing from Text tokens).
-    assert.deepStrictEqual(tokensOf(chunks), reference)
+    assert.deepStrictEqual(tokensOf(chunks), reference.tokens)
+    const probabilities = probabilitiesOf(chunks)
+    assert.strictEqual(probabilities.length, reference.probabilities.length)
+    if (d.usage.reuse === "continuation" || d.usage.reuse === "restored") {
+      // The held history was decoded one token per step; a cold run prefills it in chunks, so the
+      // batches differ and probabilities agree only closely (engine-notes.md: batch splits).
+      const diff = Math.max(0, ...probabilities.map((p, i) => Math.abs(p - reference.probabilities[i]!)))
+      assert.isAtMost(diff, 1e-3, `${d.usage.reuse}: probability difference ${diff}`)
+    } else {
+      // Reuse kept whole prefill chunks only: the same batches as the cold run, bit-identical.
+      assert.deepStrictEqual(probabilities, reference.probabilities, `${d.usage.reuse}: probabilities differ`)
+      assert.strictEqual(d.usage.reusedTokens % 128, 0, "reuse ends on the prefill chunk grid")
+    }
     return { done: d, answer: answerOf(chunks) }
   })
 
@@ -114,7 +129,7 @@ describe("conversation reuse", () => {
 
     it.effect("a changed earlier message keeps the longest matching prefix (static-prefix reuse)", () =>
       Effect.gen(function*() {
-        const system: ChatMessage = { role: "system", content: "you are a sailor who answers in short words" }
+        const system: ChatMessage = { role: "system", content: "you are a sailor who answers in short words. ".repeat(30) }
         const one = yield* turnWithParity({
           messages: [system, { role: "user", content: "where is the ship" }],
           conversation: "prefix",
@@ -126,7 +141,14 @@ describe("conversation reuse", () => {
           maxTokens: 6
         })
         assert.strictEqual(two.done.usage.reuse, "prefix")
-        assert.isAbove(two.done.usage.reusedTokens, 10)
+        // The longest matching prefix, rounded down to whole prefill chunks.
+        const prompts = [
+          yield* (yield* Provider).count({ messages: [system, { role: "user", content: "where is the ship" }] }),
+          yield* (yield* Provider).count({ messages: [system] })
+        ]
+        assert.isAbove(two.done.usage.reusedTokens, 128)
+        assert.isAbove(two.done.usage.reusedTokens, prompts[1]!.tokens - 128)
+        assert.isBelow(two.done.usage.reusedTokens, prompts[0]!.tokens)
         assert.isBelow(two.done.usage.reusedTokens, one.done.usage.promptTokens)
       }))
 
@@ -256,7 +278,7 @@ describe("conversation reuse", () => {
                 // Whatever preparation prefilled before it was preempted was reused, none recomputed.
                 assert.isAtLeast(d.usage.reusedTokens, prepared.preparedTokens)
                 const prompt = yield* promptOfTurn(conversation, d.usage.generatedTokens)
-                assert.deepStrictEqual(tokensOf(chunks), yield* cold(prompt, 4))
+                assert.deepStrictEqual(tokensOf(chunks), (yield* cold(prompt, 4)).tokens)
               }).pipe(Effect.provide(context)))
             ),
             { numRuns: 6 }

@@ -9,39 +9,58 @@ import type { Channel, GenerateChunk } from "../../domain/Inference.js"
 import * as ChannelDecoder from "../ChannelDecoder.js"
 import * as StopStrings from "./StopStrings.js"
 
+/** A token's id and, when asked for, its probability. */
+interface Scored {
+  readonly token: number
+  readonly probability: number | undefined
+}
+
 /** Per-generation output state: channels, stop strings, the tokens behind text not yet emitted. */
 export const outputState = (special: ChannelDecoder.ChannelTokens, stops: ReadonlyArray<string>) => {
   const decoder = ChannelDecoder.make(special)
   const matcher = StopStrings.make(stops)
-  let pendingTokens: Array<number> = []
+  let pending: Array<Scored> = []
   let lastChannel: Channel = "answer"
-  const text = (channel: Channel, value: string, tokens: ReadonlyArray<number>): ReadonlyArray<GenerateChunk> =>
-    value.length === 0 && tokens.length === 0 ? [] : [{ _tag: "Text", channel, text: value, tokens }]
+  const text = (channel: Channel, value: string, scored: ReadonlyArray<Scored>): ReadonlyArray<GenerateChunk> => {
+    if (value.length === 0 && scored.length === 0) return []
+    const probabilities = scored.flatMap((s) => (s.probability === undefined ? [] : [s.probability]))
+    return [{
+      _tag: "Text",
+      channel,
+      text: value,
+      tokens: scored.map((s) => s.token),
+      ...(probabilities.length === scored.length && probabilities.length > 0 ? { probabilities } : {})
+    }]
+  }
 
   /** Stop strings apply to the answer channel; held-back answer text is released when the channel changes. */
   const flushAnswer = (): ReadonlyArray<GenerateChunk> => {
     const rest = matcher.flush()
-    const tokens = pendingTokens
-    pendingTokens = []
-    return text("answer", rest, tokens)
+    const scored = pending
+    pending = []
+    return text("answer", rest, scored)
   }
 
   return {
-    /** Chunks for one generated token, and whether a stop string ended the output. */
-    token: (token: number, value: string): Either.Either<{ chunks: ReadonlyArray<GenerateChunk>; stopped: boolean }, ChannelDecoder.MalformedChannel> =>
+    /** Chunks for one generated token (with its probability, if known), and whether a stop string ended the output. */
+    token: (
+      token: number,
+      value: string,
+      probability?: number
+    ): Either.Either<{ chunks: ReadonlyArray<GenerateChunk>; stopped: boolean }, ChannelDecoder.MalformedChannel> =>
       Either.map(decoder.push(token, value), (pieces) => {
         const chunks: Array<GenerateChunk> = []
         for (const piece of pieces) {
+          const scored = piece.tokens.map((t) => ({ token: t, probability }))
           if (piece.channel !== "answer") {
             if (lastChannel === "answer") chunks.push(...flushAnswer())
-            chunks.push(...text(piece.channel, piece.text, piece.tokens))
+            chunks.push(...text(piece.channel, piece.text, scored))
           } else {
-            pendingTokens.push(...piece.tokens)
+            pending.push(...scored)
             const scan = matcher.push(piece.text)
             if (scan.emit.length > 0 || scan.stopped) {
-              const tokens = scan.stopped ? [] : pendingTokens
-              chunks.push(...text("answer", scan.emit, tokens))
-              pendingTokens = []
+              chunks.push(...text("answer", scan.emit, scan.stopped ? [] : pending))
+              pending = []
             }
             if (scan.stopped) return { chunks, stopped: true }
           }
@@ -53,4 +72,3 @@ export const outputState = (special: ChannelDecoder.ChannelTokens, stops: Readon
       Either.map(decoder.finish(), () => flushAnswer())
   }
 }
-
