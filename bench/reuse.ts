@@ -258,9 +258,12 @@ const program = (directory: string) =>
             const one = yield* turn({ messages: [...history, reply, first], conversation: id, maxTokens: MAX_TOKENS, sampling: greedy })
             const held = one.done.usage.promptTokens
             request = { messages: [...history, reply, user], conversation: id, maxTokens: MAX_TOKENS, sampling: greedy }
+            // Prefix reuse keeps whole prefill chunks only (exact parity with a cold run).
+            const floor = Math.floor((chatTokens - 8) / 128) * 128
             check = (d) => ({
-              ok: d.usage.reuse === "prefix" && d.usage.reusedTokens >= chatTokens - 8 && d.usage.reusedTokens < held,
-              expected: `prefix, reusedTokens in [${chatTokens - 8}, ${held})`
+              ok: d.usage.reuse === "prefix" && d.usage.reusedTokens >= floor && d.usage.reusedTokens % 128 === 0 &&
+                d.usage.reusedTokens < held,
+              expected: `prefix, reusedTokens a multiple of 128 in [${floor}, ${held})`
             })
             break
           }
