@@ -15,7 +15,6 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Crypto from "node:crypto"
 import type {
-  ChatMessage,
   CountRequest,
   CountResult,
   DecideRequest,
@@ -31,9 +30,10 @@ import type {
 import { Admission } from "./Admission.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
-import { InvalidCheckpoint, InvalidRequest, type ProviderError } from "./ProviderError.js"
+import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
+import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
 import { Scheduler } from "./Scheduler.js"
 
 export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
@@ -49,41 +49,6 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
   /** Readiness whenever the engine state changes (the current one first). */
   readonly readinessChanges: Stream.Stream<Readiness>
 }>() {}
-
-/** Most heads in one decision request, and most stop strings in one generation. */
-export const MAX_HEADS = 16
-export const MAX_STOP_STRINGS = 16
-
-const invalid = (field: string, value: unknown, reason: string) =>
-  new InvalidRequest({ field, value: JSON.stringify(value) ?? String(value), reason })
-
-const validateMessages = (messages: ReadonlyArray<ChatMessage>) =>
-  messages.length === 0 ? Effect.fail(invalid("messages", messages, "at least one message is needed")) : Effect.void
-
-const validateGenerate = (request: GenerateRequest) =>
-  Effect.gen(function*() {
-    yield* validateMessages(request.messages)
-    if (!Number.isSafeInteger(request.maxTokens) || request.maxTokens <= 0) {
-      return yield* invalid("maxTokens", request.maxTokens, "must be a positive integer")
-    }
-    const stop = request.stop ?? []
-    if (stop.length > MAX_STOP_STRINGS) return yield* invalid("stop", stop.length, `at most ${MAX_STOP_STRINGS} stop strings`)
-    const empty = stop.find((s) => s.length === 0)
-    if (empty !== undefined) return yield* invalid("stop", empty, "a stop string must not be empty")
-    const sampling = request.sampling
-    if (sampling !== undefined) {
-      if (!(sampling.temperature >= 0) || !Number.isFinite(sampling.temperature)) {
-        return yield* invalid("sampling.temperature", sampling.temperature, "must be a finite number >= 0")
-      }
-      if (sampling.topK !== undefined && sampling.topK < 0) return yield* invalid("sampling.topK", sampling.topK, "must be >= 0")
-      if (sampling.topP !== undefined && !(sampling.topP > 0 && sampling.topP <= 1)) {
-        return yield* invalid("sampling.topP", sampling.topP, "must be in (0, 1]")
-      }
-    }
-    if (request.conversation !== undefined && (request.conversation.length === 0 || request.conversation.length > 256)) {
-      return yield* invalid("conversation", request.conversation, "must be 1 to 256 characters")
-    }
-  })
 
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
