@@ -12,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
+import * as Supervisor from "effect/Supervisor"
 import * as fc from "fast-check"
 import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
 import { DECODE_RUN_AHEAD } from "../../src/native/Protocol.js"
@@ -80,7 +81,7 @@ describe("Provider scheduling", () => {
         yield* assertIdle
       }))
 
-    it.effect("cancelling at random points (admission, prefill or decode) frees everything; the next request succeeds", () =>
+    it.effect("cancelling at random points (admission, prefill or decode) frees everything (slot, lease, fibers); the next request succeeds", () =>
       Effect.gen(function*() {
         const provider = yield* Provider
         const context = yield* Effect.context<Provider | Scheduler | Admission | NativeWorker>()
@@ -113,7 +114,17 @@ describe("Provider scheduling", () => {
               fc.boolean(),
               fc.integer({ min: 0, max: 40 }),
               fc.integer({ min: 0, max: 3 }),
-              (inPrefill, after, extra) => Effect.runPromise(cancelOnce(inPrefill, after, extra).pipe(Effect.provide(context)))
+              (inPrefill, after, extra) =>
+                Effect.runPromise(Effect.gen(function*() {
+                  // Every fiber the two requests started (streams, buffers, finalizers) must end.
+                  const supervisor = yield* Supervisor.track
+                  yield* cancelOnce(inPrefill, after, extra).pipe(Effect.supervised(supervisor))
+                  yield* supervisor.value.pipe(
+                    Effect.repeat({ until: (fibers) => fibers.length === 0, schedule: Schedule.spaced("2 millis").pipe(Schedule.upTo("2 seconds")) })
+                  )
+                  const alive = yield* supervisor.value
+                  assert.strictEqual(alive.length, 0, `fibers left running: ${alive.length}`)
+                }).pipe(Effect.provide(context)))
             ),
             { numRuns: 12 }
           )
