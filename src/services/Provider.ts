@@ -75,10 +75,22 @@ export const make = Effect.gen(function*() {
   /** Conversations whose slot was last filled by a preparation. */
   const prepared = new Set<string>()
 
-  /** Interrupts the conversation's preparation, if one runs; what it prefilled stays in the slot. */
+  /**
+   * Makes room for a turn of `conversation`: its own preparation is interrupted, and when no
+   * conversation slot is idle, so are all others (preparation runs only while nothing else
+   * waits). What a preparation prefilled stays in its slot and is recorded.
+   */
   const preempt = (conversation: string | undefined) =>
+    Effect.gen(function*() {
+      if (conversation === undefined) return
+      const { idleConversationSlots } = yield* scheduler.status
+      yield* idleConversationSlots > 0 ? stopPreparing(conversation) : Fiber.interruptAll(Array.from(preparing.values()))
+    })
+
+  /** Interrupts the conversation's own preparation, if one runs. */
+  const stopPreparing = (conversation: string) =>
     Effect.suspend(() => {
-      const fiber = conversation === undefined ? undefined : preparing.get(conversation)
+      const fiber = preparing.get(conversation)
       return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
     })
 
@@ -286,7 +298,7 @@ export const make = Effect.gen(function*() {
       })
       if (tokens.length === 0) return result(true)
       yield* admission.checkTokens("generation", tokens.length, 1)
-      yield* preempt(conversation)
+      yield* stopPreparing(conversation)
       const work = Effect.scoped(Effect.gen(function*() {
         const grant = yield* scheduler.generation({ lane: "preparation", label: `prepare-${conversation}`, conversation })
         yield* conversations.attach(conversation, grant.slot, grant.evicted)
@@ -313,7 +325,7 @@ export const make = Effect.gen(function*() {
       if (Exit.isSuccess(exit)) return result(done >= tokens.length)
       if (Exit.isInterrupted(exit)) return result(false)
       return yield* Effect.failCause(exit.cause)
-    }).pipe(Effect.onInterrupt(() => preempt(request.conversation)))
+    }).pipe(Effect.onInterrupt(() => stopPreparing(request.conversation)))
 
   const readiness = Effect.gen(function*() {
     const ready = yield* worker.readiness

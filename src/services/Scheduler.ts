@@ -81,6 +81,8 @@ export interface SchedulerStatus {
   readonly slots: number
   /** Conversations that own a slot. */
   readonly conversations: number
+  /** Conversation slots no request holds now. */
+  readonly idleConversationSlots: number
 }
 
 export type AdmitError = QueueFull | QueueTimeout | WorkspaceTooLarge | EngineUnavailable
@@ -193,7 +195,8 @@ export const make = Effect.gen(function*() {
       running,
       queued,
       slots: s.slots + config.anonymousSlots,
-      conversations: s.owned
+      conversations: s.owned,
+      idleConversationSlots: s.slots - s.busy
     }))
   })
 })

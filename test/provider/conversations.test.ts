@@ -316,6 +316,23 @@ describe("conversation reuse", () => {
         assert.notStrictEqual(next.done.usage.reuse, "restored")
         assert.isBelow(next.done.usage.reusedTokens, first.tokens - 1)
       }))
+
+    it.effect("a turn of another conversation that needs the only slot preempts a preparation holding it", () =>
+      Effect.gen(function*() {
+        const provider = yield* Provider
+        const scheduler = yield* Scheduler.Scheduler
+        const history: ReadonlyArray<ChatMessage> = [
+          { role: "user", content: "log the wind and the sail at night. ".repeat(200) },
+          { role: "assistant", content: "logged. ".repeat(10) }
+        ]
+        const preparation = yield* Effect.fork(provider.prepare({ conversation: "slow", prefix: [], history }))
+        yield* scheduler.status.pipe(Effect.repeat({ until: (s) => s.running > 0, schedule: Schedule.spaced("1 millis") }))
+        const other = done(yield* collect({ messages: [{ role: "user", content: "quick" }], conversation: "quick", maxTokens: 3 }))
+        assert.strictEqual(other.usage.generatedTokens, 3)
+        const prepared = yield* Fiber.join(preparation)
+        assert.isFalse(prepared.complete, `preparation finished first: ${JSON.stringify(prepared)}`)
+        assert.isBelow(prepared.preparedTokens, prepared.totalTokens)
+      }))
   })
 
   it.effect("checkpoints survive a restart of the runtime", () =>
