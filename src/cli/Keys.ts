@@ -14,12 +14,12 @@ import * as Either from "effect/Either"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Manifest from "../domain/Manifest.js"
 import { generateKeys } from "../services/Store.js"
 import * as Signing from "../services/store/Signing.js"
+import * as FileHash from "../domain/FileHash.js"
 import { CliFileError, CliUsageError, reasonOf } from "./CliError.js"
 import { formatBytes } from "./Format.js"
 import * as Paths from "./Paths.js"
@@ -30,19 +30,7 @@ const readText = (path: string) =>
 
 /** sha256 and size of a file, streamed (model files are gigabytes); interruptible. */
 export const hashFile = (path: string): Effect.Effect<{ readonly hex: string; readonly size: number }, CliFileError> =>
-  Effect.async((resume) => {
-    const hash = Crypto.createHash("sha256")
-    let size = 0
-    const stream = Fs.createReadStream(path, { highWaterMark: 4 * 1024 * 1024 })
-    stream.on("data", (chunk) => {
-      const bytes = typeof chunk === "string" ? Buffer.from(chunk) : chunk
-      size += bytes.length
-      hash.update(bytes)
-    })
-    stream.on("error", (cause) => resume(Effect.fail(new CliFileError({ path, reason: reasonOf(cause) }))))
-    stream.on("end", () => resume(Effect.succeed({ hex: hash.digest("hex"), size })))
-    return Effect.sync(() => stream.destroy())
-  })
+  Effect.mapError(FileHash.hashFile(path), (cause) => new CliFileError({ path, reason: reasonOf(cause) }))
 
 const ggufMagic = Buffer.from("GGUF", "ascii")
 

@@ -101,8 +101,10 @@ const engine = (
       Effect.provideService(Conversations.ConversationsConfig, {
         directory: options.conversationsDirectory,
         maxSaved: options.conversationsMaxSaved,
-        modelDigest: generation === undefined
-          ? "none"
+        // State files are bound to the model's digest; without a directory nothing is saved, and
+        // a model given by path is not read through just to name one.
+        modelDigest: generation === undefined || options.conversationsDirectory === undefined
+          ? generation?.digest ?? "unsaved"
           : generation.digest ?? (yield* Conversations.digestOfFile(generation.modelPath))
       })
     )

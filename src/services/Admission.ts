@@ -671,7 +671,7 @@ export const forWorker = (roles: { readonly [R in Role]?: RoleRequest | undefine
             ))
         })
     }
-    return { hooks, admission: Deferred.await(ready), admissionReady: ready } as const
+    return { hooks, admission: Deferred.await(ready) } as const
   })
 
 type DeviceSource = { readonly backend: string; readonly devices: ReadonlyArray<DeviceInfo> }

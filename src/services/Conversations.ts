@@ -17,6 +17,7 @@ import * as Schema from "effect/Schema"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
+import * as FileHash from "../domain/FileHash.js"
 import type { Checkpoint } from "../domain/Inference.js"
 import { NativeWorker } from "./NativeWorker.js"
 import { InvalidCheckpoint } from "./ProviderError.js"
@@ -65,19 +66,12 @@ interface Held {
   readonly incarnation: number
 }
 
-/** What a verified checkpoint proves: the tokens, and whether they must come back from disk. */
+/** What a verified checkpoint proves: the conversation's tokens up to it. */
 export interface Verified {
   readonly tokens: ReadonlyArray<number>
 }
 
-const sha256File = (path: string) =>
-  Effect.async<string, Error>((resume) => {
-    const hash = Crypto.createHash("sha256")
-    Fs.createReadStream(path)
-      .on("data", (chunk) => hash.update(chunk))
-      .on("error", (e) => resume(Effect.fail(e)))
-      .on("end", () => resume(Effect.succeed(hash.digest("hex"))))
-  })
+const sha256File = (path: string) => Effect.map(FileHash.hashFile(path), (h) => h.hex)
 
 const writeFileAtomic = (path: string, data: string) =>
   Effect.try(() => {
@@ -103,8 +97,6 @@ export class Conversations extends Context.Tag("nativegen/Conversations")<Conver
   readonly attach: (conversation: string, slot: number, evicted: string | undefined) => Effect.Effect<boolean, InvalidCheckpoint>
   /** Records what the conversation's slot holds after a turn; returns its checkpoint. */
   readonly record: (conversation: string, slot: number, tokens: ReadonlyArray<number>) => Effect.Effect<Checkpoint>
-  /** Saves every conversation held in a slot (graceful stop). */
-  readonly saveAll: Effect.Effect<void>
   /** The tokens recorded for a conversation in memory, if any. */
   readonly held: (conversation: string) => ReadonlyArray<number> | undefined
 }>() {}
@@ -228,14 +220,13 @@ export const make = Effect.gen(function*() {
       return checkpointOf(conversation, tokens)
     })
 
-  const saveAll = Effect.suspend(() => Effect.forEach(Array.from(held.keys()), save, { discard: true }))
-  yield* Effect.addFinalizer(() => saveAll)
+  // A graceful stop saves every conversation still held in a slot.
+  yield* Effect.addFinalizer(() => Effect.suspend(() => Effect.forEach(Array.from(held.keys()), save, { discard: true })))
 
   return Conversations.of({
     verify,
     attach,
     record,
-    saveAll,
     held: (conversation) => held.get(conversation)?.tokens
   })
 })

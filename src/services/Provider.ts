@@ -53,8 +53,11 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
 
-type Step =
-  | { readonly _tag: "Chunks"; readonly chunks: ReadonlyArray<GenerateChunk>; readonly last: boolean }
+/** The chunks one engine event yields, and whether the output ends with them. */
+interface Step {
+  readonly chunks: ReadonlyArray<GenerateChunk>
+  readonly last: boolean
+}
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
@@ -152,7 +155,6 @@ export const make = Effect.gen(function*() {
         const generatedTokens: Array<number> = []
         const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [])
         let reused = 0
-        let generated = 0
         let firstStepAt: number | undefined
         let firstTokenAt: number | undefined
         let lastTokenAt: number | undefined
@@ -176,21 +178,20 @@ export const make = Effect.gen(function*() {
               switch (event._tag) {
                 case "Started":
                   reused = event.reusedTokens
-                  return { _tag: "Chunks", chunks: [], last: false }
+                  return { chunks: [], last: false }
                 case "Prefilled":
-                  return { _tag: "Chunks", chunks: [], last: false }
+                  return { chunks: [], last: false }
                 case "Token": {
-                  generated++
                   generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
                   const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence))
                   if (stopped) stopReason = "stopString"
-                  return { _tag: "Chunks", chunks, last: stopped }
+                  return { chunks, last: stopped }
                 }
                 case "Finished": {
                   stopReason = event.reason === "maxTokens" ? "maxTokens" : "endOfGeneration"
-                  return { _tag: "Chunks", chunks: yield* fromEither(output.finish()), last: true }
+                  return { chunks: yield* fromEither(output.finish()), last: true }
                 }
               }
             })
@@ -214,6 +215,7 @@ export const make = Effect.gen(function*() {
             : wasPrepared
             ? "prepared"
             : "prefix"
+          const generated = generatedTokens.length
           const decodeMillis = firstTokenAt !== undefined && lastTokenAt !== undefined ? lastTokenAt - firstTokenAt : 0
           return {
             _tag: "Done",

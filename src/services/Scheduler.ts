@@ -140,8 +140,8 @@ export const make = Effect.gen(function*() {
   ) =>
     Effect.gen(function*() {
       const start = yield* Clock.currentTimeMillis
-      const entered = yield* Effect.sync(() => queued < config.maxQueued && ++queued > 0)
-      if (!entered) return yield* new QueueFull({ lane, limit: config.maxQueued })
+      if (queued >= config.maxQueued) return yield* new QueueFull({ lane, limit: config.maxQueued })
+      queued++
       let waitingFor = "a slot"
       const result = yield* wait((next) => Effect.sync(() => void (waitingFor = next))).pipe(
         Effect.timeoutFail({
