@@ -3,6 +3,11 @@
  * than @effect/platform's FileSystem because it needs O_NOFOLLOW/O_EXCL/O_NONBLOCK opens,
  * descriptor identity (fstat), hard links and directory fsync. Failures are `FsError` with the
  * errno code; callers map the codes they expect and turn the rest into `StoreIoError`.
+ *
+ * Every call is uninterruptible while the system call is in flight: a started syscall cannot be
+ * cancelled, so an interrupted fiber waits for it to land before its finalizers run (a lock
+ * holder interrupted mid-write releases the lock only after the write has landed). Nothing here
+ * can block indefinitely: sources and store files are opened O_NONBLOCK and must be regular files.
  */
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
@@ -21,9 +26,9 @@ const codeOf = (e: unknown): string =>
   typeof e === "object" && e !== null && "code" in e && typeof e.code === "string" ? e.code : "UNKNOWN"
 
 const call = <A>(op: string, path: string, f: (cb: (err: NodeJS.ErrnoException | null, a: A) => void) => void) =>
-  Effect.async<A, FsError>((resume) => {
+  Effect.uninterruptible(Effect.async<A, FsError>((resume) => {
     f((err, a) => resume(err ? Effect.fail(new FsError({ op, path, code: codeOf(err), cause: err })) : Effect.succeed(a)))
-  })
+  }))
 
 const callVoid = (op: string, path: string, f: (cb: (err: NodeJS.ErrnoException | null) => void) => void) =>
   call<void>(op, path, (cb) => f((err) => cb(err, undefined)))

@@ -7,7 +7,9 @@
  * pool) and wakes as soon as the holder releases. An interrupted wait is abandoned: its
  * descriptor is retired (closed when the wait is granted, which releases the lock) and the next
  * acquisition opens a fresh one (OFD locks belong to the open file description, so two
- * descriptors exclude each other even within one process).
+ * descriptors exclude each other even within one process). A holder interrupted while one of its
+ * `Fs` calls is in flight releases the lock only after that call has landed (Fs calls are
+ * uninterruptible while in flight): the next holder never sees a write still under way.
  */
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
