@@ -28,6 +28,12 @@ const fdPath = (fd: unknown): string => {
   }
 }
 
+/** A path given as /proc/self/fd/<directory>/<name> (the store works that way), as a plain path. */
+const throughFd = (path: string): string => {
+  const m = /^\/proc\/self\/fd\/(\d+)\/(.*)$/.exec(path)
+  return m === null ? path : `${fdPath(Number(m[1]))}/${m[2]}`
+}
+
 type Callback = (...args: Array<unknown>) => void
 
 /** Replaces `fs[name]`; `patch` receives the arguments and the original, and decides. */
@@ -67,7 +73,7 @@ switch (process.env.NATIVEGEN_TEST_DIE_AT) {
     dieAfter("fsync", ([fd]) => /\/blobs\/sha256\/[0-9a-f]{2}$/.test(fdPath(fd)))
     break
   case "manifest":
-    dieAfter("rename", ([, to]) => typeof to === "string" && to.includes("/manifests/"))
+    dieAfter("rename", ([, to]) => typeof to === "string" && throughFd(to).includes("/manifests/"))
     break
   case "journal-torn":
     patch("write", (args, original) => {

@@ -234,6 +234,57 @@ describe("planted symlinks, FIFOs and devices (case 7)", () => {
     }))
 })
 
+describe("directories replaced while staging (item 9)", () => {
+  const setup = Effect.gen(function*() {
+    const dir = yield* tempDir
+    const store = yield* makeStore(Path.join(dir, "store"), [])
+    const bytes = bytesOf("swapped", 300_000)
+    const digest = sha256(bytes)
+    const outside = Path.join(dir, "outside")
+    Fs.mkdirSync(outside)
+    const shardPath = Path.join(store.root, "blobs", "sha256", Digest.hex(digest).slice(0, 2))
+    return { store, bytes, digest, outside, shardPath, blobPath: Path.join(shardPath, Digest.hex(digest)) }
+  })
+
+  /** The bytes as a stream that runs `f` once the copy has begun (after the existence check). */
+  const duringCopy = (bytes: Uint8Array, f: () => void) =>
+    Stream.make(bytes.subarray(0, 1000), bytes.subarray(1000)).pipe(Stream.tap((chunk) => Effect.sync(() => chunk.length === 1000 && f())))
+
+  it.scoped("a copy refused at publish is kept, and the next stage publishes it without reading a source", () =>
+    Effect.gen(function*() {
+      const { blobPath, bytes, digest, outside, shardPath, store } = yield* setup
+      const planted = duringCopy(bytes, () => {
+        Fs.mkdirSync(Path.dirname(shardPath), { recursive: true })
+        Fs.symlinkSync(outside, shardPath)
+      })
+      const error = yield* Effect.flip(store.stage(planted, digest, bytes.length))
+      assert.deepStrictEqual(error._tag === "UnsafePath" ? [error.path, error.found] : error._tag, [shardPath, "symlink"])
+      assert.deepStrictEqual(treeOf(outside), [])
+      assert.strictEqual(filesUnder(Path.join(store.root, "staging")).length, 1, "the verified copy is kept")
+      Fs.unlinkSync(shardPath)
+      const path = yield* store.stage(Stream.fail(new Error("the source is gone")), digest, bytes.length)
+      assert.strictEqual(path, blobPath)
+      assert.isTrue(Fs.readFileSync(path).equals(bytes))
+      assert.deepStrictEqual(filesUnder(Path.join(store.root, "staging")), [])
+      assert.strictEqual((yield* store.verify(digest)).size, bytes.length)
+    }))
+
+  it.scoped("staging/ swapped for a symlink mid-copy: the copy still publishes from the directory it was made in", () =>
+    Effect.gen(function*() {
+      const { blobPath, bytes, digest, outside, store } = yield* setup
+      const staging = Path.join(store.root, "staging")
+      const swapped = duringCopy(bytes, () => {
+        Fs.renameSync(staging, `${staging}.moved`)
+        Fs.symlinkSync(outside, staging)
+      })
+      const path = yield* store.stage(swapped, digest, bytes.length)
+      assert.strictEqual(path, blobPath)
+      assert.isTrue(Fs.readFileSync(path).equals(bytes))
+      assert.deepStrictEqual(treeOf(outside), [])
+      assert.deepStrictEqual(treeOf(`${staging}.moved`), [], "the staging name was removed where the copy was made")
+    }))
+})
+
 describe("flipped bytes (case 6)", () => {
   const flip = (path: string, at: number) => {
     Fs.chmodSync(path, 0o644)

@@ -3,8 +3,12 @@
  * published. Staging copies into `<root>/staging/<owner>.<random>.partial` (O_EXCL), enforcing
  * the declared size while copying and hashing as it goes; then it checks size and digest, makes
  * the file read-only, fsyncs it, hard-links it into place (so of two concurrent stagers exactly
- * one publishes), removes the staging name and fsyncs the shard directory. Verification re-hashes
- * and moves a corrupt blob to `<root>/quarantine/`.
+ * one publishes), removes the staging name and fsyncs the shard directory. Every step works
+ * relative to open, checked directories (`Dir`), so a directory swapped for a symlink meanwhile
+ * cannot send a copy, link, rename or unlink outside the root. A verified copy whose publishing is
+ * refused is kept as `staging/<owner>.<64 hex>.ready`; the next stage of that digest by this
+ * process hashes it again and publishes it instead of copying anew (a dead owner's copy is removed
+ * like any staging file). Verification re-hashes and moves a corrupt blob to `<root>/quarantine/`.
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -25,6 +29,7 @@ import {
   type StoreIoError,
   UnsafePath
 } from "../StoreError.js"
+import * as Dir from "./Dir.js"
 import * as Fs from "./Fs.js"
 import type { FileLock } from "./Lock.js"
 import * as Owner from "./Owner.js"
@@ -149,6 +154,9 @@ export const make = (root: string, lock: FileLock): Blobs => {
   const verified = new Map<string, string>()
 
   const pathOf = (digest: Digest.Digest) => Path.join(root, ...segmentsOf(digest), Digest.hex(digest))
+  const readyName = (digest: Digest.Digest) => `${owner}.${Digest.hex(digest)}.ready`
+  const partialName = (digest: Digest.Digest) =>
+    `${owner}.${Crypto.randomBytes(6).toString("hex")}.${Digest.hex(digest).slice(0, 16)}.partial`
 
   const statOf = (digest: Digest.Digest) =>
     SafePath.lstatIn(root, segmentsOf(digest), Digest.hex(digest)).pipe(
@@ -157,20 +165,22 @@ export const make = (root: string, lock: FileLock): Blobs => {
     )
 
   const quarantine = (digest: Digest.Digest, hashed: BigIntStats) =>
-    lock.withLock(Effect.gen(function*() {
-      verified.delete(Digest.hex(digest))
+    lock.withLock(Effect.scoped(Effect.gen(function*() {
+      const name = Digest.hex(digest)
+      verified.delete(name)
       const now = yield* Clock.currentTimeMillis
-      const current = yield* SafePath.lstatIn(root, segmentsOf(digest), Digest.hex(digest))
-      if (Option.isNone(current) || current.value.stat.ino !== hashed.ino || current.value.stat.dev !== hashed.dev) {
+      const shard = yield* Dir.openExisting(root, segmentsOf(digest))
+      const current = Option.isSome(shard) ? yield* Dir.find(shard.value, name) : Option.none<BigIntStats>()
+      if (Option.isNone(shard) || Option.isNone(current) || current.value.ino !== hashed.ino || current.value.dev !== hashed.dev) {
         return "(already moved by another process)"
       }
-      const dir = yield* SafePath.ensureDir(root, [quarantineDir], true)
-      const target = Path.join(dir, `${Digest.hex(digest)}.${now}.${owner}`)
-      yield* Fs.rename(current.value.path, target)
-      yield* Fs.fsyncDir(dir)
-      yield* Fs.fsyncDir(Path.dirname(current.value.path))
-      return target
-    })).pipe(Fs.orStoreError)
+      const dir = yield* Dir.open(root, [quarantineDir], true)
+      const target = `${name}.${now}.${owner}`
+      yield* Dir.rename(shard.value, name, dir, target)
+      yield* Dir.fsync(dir)
+      yield* Dir.fsync(shard.value)
+      return Path.join(dir.path, target)
+    }))).pipe(Fs.orStoreError)
 
   const verify = (digest: Digest.Digest, options?: { readonly trustIdentity?: boolean }) =>
     Effect.scoped(Effect.gen(function*() {
@@ -190,17 +200,23 @@ export const make = (root: string, lock: FileLock): Blobs => {
       return result
     })).pipe(Fs.orStoreError)
 
+  /** A verified copy in the staging directory, by name, with the identity it was written with. */
+  interface Staged {
+    readonly name: string
+    readonly stat: BigIntStats
+  }
+
   const copy = <E>(
+    staging: Dir.Dir,
     source: StageSource<E>,
     expected: Digest.Digest,
     declared: number,
     onProgress: ((progress: Progress) => Effect.Effect<void>) | undefined
   ) =>
-    Effect.gen(function*() {
-      const name = `${owner}.${Crypto.randomBytes(6).toString("hex")}.${Digest.hex(expected).slice(0, 16)}.partial`
+    Effect.scoped(Effect.gen(function*() {
       const staged = yield* Effect.acquireRelease(
-        SafePath.createExclusive(root, [stagingDir], name),
-        (file, exit) => exit._tag === "Success" ? Effect.void : Effect.ignore(Fs.unlink(file.path))
+        Dir.openFile(staging, partialName(expected), Fs.O_WRONLY | Fs.O_CREAT | Fs.O_EXCL, 0o600),
+        (file, exit) => exit._tag === "Success" ? Effect.void : Effect.ignore(Dir.unlink(staging, file.name))
       )
       const hash = Crypto.createHash("sha256")
       const started = yield* Clock.currentTimeMillis
@@ -233,43 +249,74 @@ export const make = (root: string, lock: FileLock): Blobs => {
       yield* report(true)
       yield* Fs.fchmod(staged.fd, staged.path, 0o444)
       yield* Fs.fsync(staged.fd, staged.path)
-      return staged.path
+      return { name: staged.name, stat: staged.stat } satisfies Staged
+    }))
+
+  /**
+   * Takes this process's kept copy of `expected` (renamed to a fresh name first, so two stagers
+   * never take the same one) and hashes it again; `None` when there is none or it does not verify
+   * (then it is removed).
+   */
+  const reuseKept = (staging: Dir.Dir, expected: Digest.Digest, declared: number) =>
+    Effect.gen(function*() {
+      const name = partialName(expected)
+      const taken = yield* Dir.rename(staging, readyName(expected), staging, name).pipe(
+        Effect.as(true),
+        Fs.catchCodes(["ENOENT"], () => Effect.succeed(false))
+      )
+      if (!taken) return Option.none<Staged>()
+      const checked = yield* Effect.scoped(Effect.gen(function*() {
+        const file = yield* Dir.openFile(staging, name, Fs.O_RDONLY | Fs.O_NONBLOCK)
+        if (Number(file.stat.size) !== declared) return Option.none<Staged>()
+        const { hex } = yield* hashDescriptor(file.fd, file.path)
+        return hex === Digest.hex(expected) ? Option.some<Staged>({ name, stat: file.stat }) : Option.none<Staged>()
+      })).pipe(Effect.orElseSucceed(() => Option.none<Staged>()))
+      if (Option.isNone(checked)) yield* Effect.ignore(Dir.unlink(staging, name))
+      return checked
     })
 
-  const publish = (stagedPath: string, expected: Digest.Digest, declared: number) =>
-    Effect.gen(function*() {
-      const dir = yield* SafePath.ensureDir(root, segmentsOf(expected), true)
-      const final = Path.join(dir, Digest.hex(expected))
+  /** Keeps a verified copy whose publishing failed, for the next stage of its digest. */
+  const keep = (staging: Dir.Dir, staged: Staged, expected: Digest.Digest) =>
+    Dir.rename(staging, staged.name, staging, readyName(expected)).pipe(
+      Effect.zipRight(
+        Effect.logWarning("store: publishing refused; the verified copy is kept for the next attempt").pipe(
+          Effect.annotateLogs({ service: "Store", digest: expected, kept: Path.join(staging.path, readyName(expected)) })
+        )
+      ),
+      Effect.catchAll(() => Effect.ignore(Dir.unlink(staging, staged.name)))
+    )
+
+  const publish = (rootDir: Dir.Dir, staging: Dir.Dir, staged: Staged, expected: Digest.Digest, declared: number) =>
+    Effect.scoped(Effect.gen(function*() {
+      const shard = yield* Dir.descend(rootDir, segmentsOf(expected), true)
+      const name = Digest.hex(expected)
       // link, not rename: of two concurrent stagers exactly one publishes. A blob found present is
       // checked; one that a concurrent reap removed meanwhile is linked again.
       for (let attempt = 0;; attempt++) {
-        const linked = yield* Fs.link(stagedPath, final).pipe(
+        const linked = yield* Dir.link(staging, staged.name, shard, name).pipe(
           Effect.as(true),
           Fs.catchCodes(["EEXIST"], () => Effect.succeed(false))
         )
         if (linked) break
-        const st = yield* Fs.lstat(final).pipe(
-          Effect.map(Option.some),
-          Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
-        )
+        const st = yield* Dir.find(shard, name)
         if (Option.isNone(st) && attempt < 3) continue
         if (Option.isSome(st) && st.value.isFile() && Number(st.value.size) === declared) break
         return yield* Effect.fail(
           new UnsafePath({
-            path: final,
+            path: Path.join(shard.path, name),
             found: Option.isSome(st) ? `${Fs.kindOf(st.value)} of ${st.value.size} bytes where a blob was published` : "vanishing blob"
           })
         )
       }
-      yield* Fs.unlink(stagedPath)
-      yield* Fs.fsyncDir(dir)
-      const st = yield* Fs.lstat(final).pipe(
-        Effect.map(Option.some),
-        Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
-      )
-      if (Option.isSome(st) && st.value.isFile()) verified.set(Digest.hex(expected), identityKey(st.value))
-      return final
-    })
+      yield* Dir.unlink(staging, staged.name)
+      yield* Dir.fsync(shard)
+      // Only our own copy counts as hashed: a blob another stager published is hashed when used.
+      const st = yield* Dir.find(shard, name)
+      if (Option.isSome(st) && st.value.isFile() && st.value.dev === staged.stat.dev && st.value.ino === staged.stat.ino) {
+        verified.set(name, identityKey(st.value))
+      }
+      return Path.join(shard.path, name)
+    }))
 
   const stage = <E>(
     source: StageSource<E>,
@@ -277,11 +324,15 @@ export const make = (root: string, lock: FileLock): Blobs => {
     declared: number,
     onProgress?: (progress: Progress) => Effect.Effect<void>
   ) =>
-    Effect.gen(function*() {
+    Effect.scoped(Effect.gen(function*() {
       if (!Number.isSafeInteger(declared) || declared < 0) {
         return yield* Effect.fail(new InvalidSize({ digest: expected, declared }))
       }
-      const existing = yield* SafePath.lstatIn(root, segmentsOf(expected), Digest.hex(expected))
+      const rootDir = yield* Dir.openRoot(root)
+      const existing = yield* Effect.scoped(Effect.gen(function*() {
+        const shard = yield* Dir.descend(rootDir, segmentsOf(expected), false)
+        return Option.map(yield* Dir.find(shard, Digest.hex(expected)), (stat) => ({ path: Path.join(shard.path, Digest.hex(expected)), stat }))
+      })).pipe(Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<{ path: string; stat: BigIntStats }>())))
       if (Option.isSome(existing)) {
         const st = existing.value.stat
         if (!st.isFile()) return yield* Effect.fail(new UnsafePath({ path: existing.value.path, found: Fs.kindOf(st) }))
@@ -291,66 +342,61 @@ export const make = (root: string, lock: FileLock): Blobs => {
           Effect.annotateLogs({ service: "Store", digest: expected, size: Number(st.size), declared, quarantined })
         )
       }
-      const stagedPath = yield* Effect.scoped(copy(source, expected, declared, onProgress))
-      return yield* publish(stagedPath, expected, declared).pipe(
-        Effect.onError(() => Effect.ignore(Fs.unlink(stagedPath)))
+      const staging = yield* Dir.child(rootDir, stagingDir, true)
+      const kept = yield* reuseKept(staging, expected, declared)
+      if (Option.isSome(kept) && onProgress !== undefined) yield* onProgress({ bytes: declared, total: declared, bytesPerSecond: 0 })
+      const staged = Option.isSome(kept) ? kept.value : yield* copy(staging, source, expected, declared, onProgress)
+      return yield* publish(rootDir, staging, staged, expected, declared).pipe(
+        Effect.onError(() => keep(staging, staged, expected))
       )
-    }).pipe(Fs.orStoreError)
+    })).pipe(Fs.orStoreError)
 
-  const list = Effect.gen(function*() {
-    const base = yield* SafePath.ensureDir(root, ["blobs", "sha256"], false).pipe(
-      Effect.map(Option.some),
-      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<string>()))
-    )
+  const list = Effect.scoped(Effect.gen(function*() {
+    const base = yield* Dir.openExisting(root, ["blobs", "sha256"])
     if (Option.isNone(base)) return []
     const out: Array<{ digest: Digest.Digest; stat: BigIntStats }> = []
-    for (const shard of (yield* Fs.readdir(base.value)).sort()) {
-      if (!/^[0-9a-f]{2}$/.test(shard)) continue
-      const dir = yield* SafePath.ensureDir(root, ["blobs", "sha256", shard], false)
-      for (const name of (yield* Fs.readdir(dir)).sort()) {
-        const digest = `sha256:${name}`
-        if (!name.startsWith(shard) || !Digest.isDigest(digest)) continue
-        const st = yield* Fs.lstat(Path.join(dir, name)).pipe(
-          Effect.map(Option.some),
-          Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
-        )
-        if (Option.isSome(st) && st.value.isFile()) out.push({ digest, stat: st.value })
-      }
+    for (const shardName of (yield* Dir.readdir(base.value)).sort()) {
+      if (!/^[0-9a-f]{2}$/.test(shardName)) continue
+      yield* Effect.scoped(Effect.gen(function*() {
+        const shard = yield* Dir.child(base.value, shardName, false)
+        for (const name of (yield* Dir.readdir(shard)).sort()) {
+          const digest = `sha256:${name}`
+          if (!name.startsWith(shardName) || !Digest.isDigest(digest)) continue
+          const st = yield* Dir.find(shard, name)
+          if (Option.isSome(st) && st.value.isFile()) out.push({ digest, stat: st.value })
+        }
+      }))
     }
     return out
-  }).pipe(Fs.orStoreError)
+  })).pipe(Fs.orStoreError)
 
   const remove = (digest: Digest.Digest, ino: bigint) =>
-    Effect.gen(function*() {
-      const found = yield* SafePath.lstatIn(root, segmentsOf(digest), Digest.hex(digest))
-      if (Option.isNone(found) || found.value.stat.ino !== ino || !found.value.stat.isFile()) return false
-      yield* Fs.unlink(found.value.path)
-      yield* Fs.fsyncDir(Path.dirname(found.value.path))
-      verified.delete(Digest.hex(digest))
+    Effect.scoped(Effect.gen(function*() {
+      const name = Digest.hex(digest)
+      const shard = yield* Dir.openExisting(root, segmentsOf(digest))
+      if (Option.isNone(shard)) return false
+      const found = yield* Dir.find(shard.value, name)
+      if (Option.isNone(found) || found.value.ino !== ino || !found.value.isFile()) return false
+      yield* Dir.unlink(shard.value, name)
+      yield* Dir.fsync(shard.value)
+      verified.delete(name)
       return true
-    }).pipe(Fs.orStoreError)
+    })).pipe(Fs.orStoreError)
 
-  const cleanStaging = Effect.gen(function*() {
-    const dir = yield* SafePath.ensureDir(root, [stagingDir], false).pipe(
-      Effect.map(Option.some),
-      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<string>()))
-    )
+  const cleanStaging = Effect.scoped(Effect.gen(function*() {
+    const dir = yield* Dir.openExisting(root, [stagingDir])
     if (Option.isNone(dir)) return 0
     let removed = 0
-    for (const name of yield* Fs.readdir(dir.value)) {
+    for (const name of yield* Dir.readdir(dir.value)) {
       const who = Owner.parse(name)
       if (who !== undefined && Owner.isAlive(who)) continue
-      const path = Path.join(dir.value, name)
-      const st = yield* Fs.lstat(path).pipe(
-        Effect.map(Option.some),
-        Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<BigIntStats>()))
-      )
+      const st = yield* Dir.find(dir.value, name)
       if (Option.isNone(st) || st.value.isDirectory()) continue
-      yield* Fs.unlink(path).pipe(Fs.catchCodes(["ENOENT"], () => Effect.void))
+      yield* Dir.unlink(dir.value, name).pipe(Fs.catchCodes(["ENOENT"], () => Effect.void))
       removed++
     }
     return removed
-  }).pipe(Fs.orStoreError)
+  })).pipe(Fs.orStoreError)
 
   return { pathOf, stage, verify, statOf, list, remove, cleanStaging }
 }

@@ -47,6 +47,26 @@ export const close = (fd: number) => callVoid("close", `fd ${fd}`, (cb) => Fs.cl
 /** Closes and ignores failure: for release paths where the descriptor is being abandoned. */
 export const closeQuietly = (fd: number) => Effect.ignore(close(fd))
 
+/**
+ * fstat and close without a trip through the thread pool, for directory descriptors: neither
+ * waits on the disk, and the store opens a few directories per operation.
+ */
+export const fstatNow = (fd: number, path: string) =>
+  Effect.try({
+    try: () => Fs.fstatSync(fd, { bigint: true }),
+    catch: (cause) => new FsError({ op: "fstat", path, code: codeOf(cause), cause })
+  })
+
+/** Closes and ignores failure (the descriptor is being abandoned). */
+export const closeNow = (fd: number) =>
+  Effect.sync(() => {
+    try {
+      Fs.closeSync(fd)
+    } catch {
+      // already closed or never valid: nothing left to release
+    }
+  })
+
 export const fstat = (fd: number, path: string) =>
   call<Fs.BigIntStats>("fstat", path, (cb) => Fs.fstat(fd, { bigint: true }, cb))
 

@@ -3,7 +3,8 @@
  * `<root>/leases/<64 hex>/<owner>.<random>.lease`, where the owner token names the holding
  * process and its start time. A lease whose process is gone (or whose pid was recycled) is stale
  * and is removed by the next scan, so a dead holder never blocks reaping. Every function here
- * expects the caller to hold the store lock.
+ * expects the caller to hold the store lock, and works relative to open, checked directories
+ * (`Dir`).
  */
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
@@ -12,6 +13,7 @@ import * as Crypto from "node:crypto"
 import * as Path from "node:path"
 import * as Digest from "../../domain/Digest.js"
 import type { StoreIoError, UnsafePath } from "../StoreError.js"
+import * as Dir from "./Dir.js"
 import * as Fs from "./Fs.js"
 import * as Owner from "./Owner.js"
 import * as SafePath from "./SafePath.js"
@@ -46,40 +48,44 @@ export const make = (root: string) => {
     })).pipe(Fs.orStoreError)
 
   /** Removes a lease file and, when it was the last, its directory. Call under the store lock. */
-  const remove = (lease: LeaseFile): Effect.Effect<void, StoreIoError> =>
-    Fs.unlink(lease.path).pipe(
-      Fs.catchCodes(["ENOENT"], () => Effect.void),
-      Effect.zipRight(Fs.rmdir(Path.dirname(lease.path)).pipe(Fs.catchCodes(["ENOTEMPTY", "EEXIST", "ENOENT"], () => Effect.void))),
-      Fs.orStoreError
-    )
+  const remove = (lease: LeaseFile): Effect.Effect<void, UnsafePath | StoreIoError> =>
+    Effect.scoped(Effect.gen(function*() {
+      const base = yield* Dir.openExisting(root, [leasesDir])
+      if (Option.isNone(base)) return
+      yield* Effect.scoped(Effect.gen(function*() {
+        const dir = yield* Dir.child(base.value, Digest.hex(lease.digest), false)
+        yield* Dir.unlink(dir, Path.basename(lease.path))
+      })).pipe(Fs.catchCodes(["ENOENT"], () => Effect.void))
+      yield* Dir.rmdir(base.value, Digest.hex(lease.digest)).pipe(Fs.catchCodes(["ENOTEMPTY", "EEXIST", "ENOENT"], () => Effect.void))
+    })).pipe(Fs.orStoreError)
 
   /** Lists live leases, removing stale ones. Call under the store lock. */
-  const scan: Effect.Effect<Scan, UnsafePath | StoreIoError> = Effect.gen(function*() {
-    const base = yield* SafePath.ensureDir(root, [leasesDir], false).pipe(
-      Effect.map(Option.some),
-      Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<string>()))
-    )
+  const scan: Effect.Effect<Scan, UnsafePath | StoreIoError> = Effect.scoped(Effect.gen(function*() {
+    const base = yield* Dir.openExisting(root, [leasesDir])
     const held = new Set<string>()
     let staleRemoved = 0
     if (Option.isNone(base)) return { held, staleRemoved }
-    for (const hex of yield* Fs.readdir(base.value)) {
+    for (const hex of yield* Dir.readdir(base.value)) {
       if (!Digest.isDigest(`sha256:${hex}`)) continue
-      const dir = yield* SafePath.ensureDir(root, [leasesDir, hex], false)
-      let live = 0
-      for (const name of yield* Fs.readdir(dir)) {
-        const who = Owner.parse(name)
-        if (who !== undefined && Owner.isAlive(who)) {
-          live++
-          continue
+      const live = yield* Effect.scoped(Effect.gen(function*() {
+        const dir = yield* Dir.child(base.value, hex, false)
+        let live = 0
+        for (const name of yield* Dir.readdir(dir)) {
+          const who = Owner.parse(name)
+          if (who !== undefined && Owner.isAlive(who)) {
+            live++
+            continue
+          }
+          yield* Dir.unlink(dir, name).pipe(Fs.catchCodes(["ENOENT"], () => Effect.void))
+          staleRemoved++
         }
-        yield* Fs.unlink(Path.join(dir, name)).pipe(Fs.catchCodes(["ENOENT"], () => Effect.void))
-        staleRemoved++
-      }
+        return live
+      }))
       if (live > 0) held.add(hex)
-      else yield* Fs.rmdir(dir).pipe(Fs.catchCodes(["ENOTEMPTY", "EEXIST", "ENOENT"], () => Effect.void))
+      else yield* Dir.rmdir(base.value, hex).pipe(Fs.catchCodes(["ENOTEMPTY", "EEXIST", "ENOENT"], () => Effect.void))
     }
     return { held, staleRemoved }
-  }).pipe(Fs.orStoreError)
+  })).pipe(Fs.orStoreError)
 
   return { create, remove, scan }
 }

@@ -19,6 +19,7 @@ import {
   type UnsafePath
 } from "../StoreError.js"
 import { stagingDir } from "./Blobs.js"
+import * as Dir from "./Dir.js"
 import * as Fs from "./Fs.js"
 import * as Owner from "./Owner.js"
 import * as SafePath from "./SafePath.js"
@@ -49,22 +50,18 @@ export const make = (root: string, maxBytes: number) => {
 
   /** Stores an envelope under its manifest digest (atomic replace). Call under the store lock. */
   const write = (digest: Digest.Digest, envelope: Uint8Array): Effect.Effect<string, UnsafePath | StoreIoError> =>
-    Effect.gen(function*() {
-      const dir = yield* SafePath.ensureDir(root, segments, true)
-      const temp = yield* Effect.scoped(Effect.gen(function*() {
-        const file = yield* SafePath.createExclusive(root, [stagingDir], `${owner}.${Crypto.randomBytes(6).toString("hex")}.manifest`)
-        yield* Fs.writeAll(file.fd, file.path, envelope).pipe(
-          Effect.zipRight(Fs.fchmod(file.fd, file.path, 0o444)),
-          Effect.zipRight(Fs.fsync(file.fd, file.path)),
-          Effect.onError(() => Effect.ignore(Fs.unlink(file.path)))
-        )
-        return file.path
-      }))
-      const final = Path.join(dir, nameOf(digest))
-      yield* Fs.rename(temp, final).pipe(Effect.onError(() => Effect.ignore(Fs.unlink(temp))))
-      yield* Fs.fsyncDir(dir)
-      return final
-    }).pipe(Fs.orStoreError)
+    Effect.scoped(Effect.gen(function*() {
+      const dir = yield* Dir.open(root, segments, true)
+      const file = yield* SafePath.createExclusive(root, [stagingDir], `${owner}.${Crypto.randomBytes(6).toString("hex")}.manifest`)
+      yield* Fs.writeAll(file.fd, file.path, envelope).pipe(
+        Effect.zipRight(Fs.fchmod(file.fd, file.path, 0o444)),
+        Effect.zipRight(Fs.fsync(file.fd, file.path)),
+        Effect.zipRight(Dir.rename(file.dir, file.name, dir, nameOf(digest))),
+        Effect.onError(() => Effect.ignore(Dir.unlink(file.dir, file.name)))
+      )
+      yield* Dir.fsync(dir)
+      return Path.join(dir.path, nameOf(digest))
+    })).pipe(Fs.orStoreError)
 
   const readBytes = (digest: Digest.Digest) =>
     Effect.scoped(Effect.gen(function*() {

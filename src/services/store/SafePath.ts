@@ -1,9 +1,11 @@
 /**
- * Path safety under the store root. Node has no openat/RESOLVE_BENEATH and O_NOFOLLOW guards
- * only the last component, so every component below the root is checked with lstat (a symlink
- * anywhere inside the store is refused), files are opened O_NOFOLLOW|O_NONBLOCK (a FIFO cannot
- * hang the open), and the opened descriptor is verified: a regular file with the identity lstat
- * saw and, on Linux, /proc/self/fd/N naming the expected path.
+ * Path safety under the store root, by path for callers that hold no directory: each function
+ * opens the directories it needs through `Dir` (each component O_DIRECTORY|O_NOFOLLOW relative to
+ * its checked parent, fstat-checked), works relative to the last one and closes them again. A
+ * symlink, FIFO, device or socket anywhere below the root is refused with `UnsafePath`; files are
+ * opened O_NOFOLLOW|O_NONBLOCK (a FIFO cannot hang the open) and checked with fstat. Code that goes
+ * on to link, rename or remove should hold a `Dir` instead of a returned path: a path is resolved
+ * again by the kernel at every use.
  */
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -11,17 +13,13 @@ import type * as Scope from "effect/Scope"
 import type { BigIntStats } from "node:fs"
 import * as Path from "node:path"
 import { UnsafePath } from "../StoreError.js"
+import * as Dir from "./Dir.js"
 import * as Fs from "./Fs.js"
 
 /** A directory under the root, given as checked path segments (no separators, no dot names). */
-export type Segments = ReadonlyArray<string>
+export type Segments = Dir.Segments
 
 const hasProcFd = process.platform === "linux"
-
-const checkSegment = (segment: string) =>
-  segment.length === 0 || segment === "." || segment === ".." || segment.includes("/") || segment.includes("\0")
-    ? Effect.die(new Error(`store bug: unsafe path segment ${JSON.stringify(segment)}`))
-    : Effect.void
 
 const refuse = (path: string, found: string) => Effect.fail(new UnsafePath({ path, found }))
 
@@ -31,42 +29,14 @@ const refuse = (path: string, found: string) => Effect.fail(new UnsafePath({ pat
  * absolute directory path. A missing component without `create` fails with `FsError` ENOENT.
  */
 export const ensureDir = (root: string, segments: Segments, create: boolean) =>
-  Effect.gen(function*() {
-    let current = root
-    for (const segment of segments) {
-      yield* checkSegment(segment)
-      const next = Path.join(current, segment)
-      const found = yield* Fs.lstat(next).pipe(
-        Effect.map(Option.some),
-        Fs.catchCodes(["ENOENT"], (e) => create ? Effect.succeed(Option.none<BigIntStats>()) : Effect.fail(e))
-      )
-      let st: BigIntStats
-      if (Option.isSome(found)) {
-        st = found.value
-      } else {
-        const made = yield* Fs.mkdir(next).pipe(
-          Effect.as(true),
-          Fs.catchCodes(["EEXIST"], () => Effect.succeed(false))
-        )
-        if (made) yield* Fs.fsyncDir(current)
-        st = yield* Fs.lstat(next)
-      }
-      if (st.isSymbolicLink()) return yield* refuse(next, "symlink")
-      if (!st.isDirectory()) return yield* refuse(next, Fs.kindOf(st))
-      current = next
-    }
-    return current
-  })
+  Effect.scoped(Effect.map(Dir.open(root, segments, create), (dir) => dir.path))
 
 /** lstat of `name` in a checked directory; `None` when it (or a directory above it) is absent. */
 export const lstatIn = (root: string, segments: Segments, name: string) =>
-  Effect.gen(function*() {
-    yield* checkSegment(name)
-    const dir = yield* ensureDir(root, segments, false)
-    const path = Path.join(dir, name)
-    const st = yield* Fs.lstat(path)
-    return Option.some({ path, stat: st })
-  }).pipe(Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<{ path: string; stat: BigIntStats }>())))
+  Effect.scoped(Effect.gen(function*() {
+    const dir = yield* Dir.open(root, segments, false)
+    return Option.map(yield* Dir.find(dir, name), (stat) => ({ path: Path.join(dir.path, name), stat }))
+  })).pipe(Fs.catchCodes(["ENOENT"], () => Effect.succeed(Option.none<{ path: string; stat: BigIntStats }>())))
 
 /** Checks an opened descriptor against the path it was opened by. */
 export const verifyDescriptor = (fd: number, path: string, expected: BigIntStats | undefined) =>
@@ -92,43 +62,29 @@ export interface OpenFile {
 
 /**
  * Opens an existing regular file under the root for reading, scoped. A symlink, FIFO, device or
- * socket at any component fails with `UnsafePath`; an absent file fails with `FsError` ENOENT.
+ * socket at any component fails with `UnsafePath` (the file is lstat-checked before the open, so a
+ * device is never opened); an absent file fails with `FsError` ENOENT.
  */
-export const openRead = (root: string, segments: Segments, name: string): Effect.Effect<OpenFile, UnsafePath | Fs.FsError, Scope.Scope> =>
+export const openRead = (root: string, segments: Segments, name: string): Effect.Effect<Dir.File, UnsafePath | Fs.FsError, Scope.Scope> =>
   Effect.gen(function*() {
-    yield* checkSegment(name)
-    const dir = yield* ensureDir(root, segments, false)
-    const path = Path.join(dir, name)
-    const before = yield* Fs.lstat(path)
-    if (!before.isFile()) return yield* refuse(path, Fs.kindOf(before))
-    const fd = yield* Effect.acquireRelease(
-      Fs.open(path, Fs.O_RDONLY | Fs.O_NOFOLLOW | Fs.O_NONBLOCK).pipe(
-        Fs.catchCodes(["ELOOP"], () => refuse(path, "symlink"))
-      ),
-      Fs.closeQuietly
-    )
-    const stat = yield* verifyDescriptor(fd, path, before)
-    return { fd, path, stat }
+    const dir = yield* Dir.open(root, segments, false)
+    const path = Path.join(dir.path, name)
+    const before = yield* Dir.find(dir, name)
+    if (Option.isNone(before)) return yield* Effect.fail(new Fs.FsError({ op: "open", path, code: "ENOENT", cause: undefined }))
+    if (!before.value.isFile()) return yield* refuse(path, Fs.kindOf(before.value))
+    const file = yield* Dir.openFile(dir, name, Fs.O_RDONLY | Fs.O_NONBLOCK)
+    if (file.stat.dev !== before.value.dev || file.stat.ino !== before.value.ino) {
+      return yield* refuse(path, "identity changed between lstat and open")
+    }
+    return file
   })
 
 /**
  * Creates a new file (O_EXCL, mode 0600) under the root for writing, scoped; the directories are
- * created as needed. The caller removes it on failure.
+ * created as needed. The caller removes it on failure (through `file.dir`, not by path).
  */
-export const createExclusive = (root: string, segments: Segments, name: string): Effect.Effect<OpenFile, UnsafePath | Fs.FsError, Scope.Scope> =>
-  Effect.gen(function*() {
-    yield* checkSegment(name)
-    const dir = yield* ensureDir(root, segments, true)
-    const path = Path.join(dir, name)
-    const fd = yield* Effect.acquireRelease(
-      Fs.open(path, Fs.O_WRONLY | Fs.O_CREAT | Fs.O_EXCL | Fs.O_NOFOLLOW, 0o600).pipe(
-        Fs.catchCodes(["ELOOP"], () => refuse(path, "symlink"))
-      ),
-      Fs.closeQuietly
-    )
-    const stat = yield* verifyDescriptor(fd, path, undefined)
-    return { fd, path, stat }
-  })
+export const createExclusive = (root: string, segments: Segments, name: string): Effect.Effect<Dir.File, UnsafePath | Fs.FsError, Scope.Scope> =>
+  Effect.flatMap(Dir.open(root, segments, true), (dir) => Dir.openFile(dir, name, Fs.O_WRONLY | Fs.O_CREAT | Fs.O_EXCL, 0o600))
 
 /**
  * Opens a source file outside the store for reading: it must be a regular file (a FIFO or device
