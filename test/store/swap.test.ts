@@ -2,9 +2,10 @@
  * Store directories swapped for symlinks while the store works (issue 12, item 9). A helper
  * process exchanges store directories with symlinks to an outside directory in a tight loop
  * (renameat2 RENAME_EXCHANGE, through python3's ctypes) while real imports run: stage a file
- * under a lease, then activate its signed manifest. Nothing may appear outside the root, every
- * import either succeeds inside the store or fails with a typed error, and once the swapping
- * stops every import succeeds. Linux only (renameat2, /proc/self/fd); skipped with a message
+ * under a lease, then activate its signed manifest. Nothing outside the root may be created,
+ * removed or renamed (decoys there carry the names the store removes), every import either
+ * succeeds inside the store or fails with a typed error, and once the swapping stops every import
+ * succeeds. Linux only (renameat2, /proc/self/fd); skipped with a message
  * where python3 or renameat2 is missing.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -17,6 +18,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Digest from "../../src/domain/Digest.js"
+import * as Owner from "../../src/services/store/Owner.js"
 import { envelope, filesUnder, makeKey, makeStore, manifestOf, sha256, tempDir } from "./helpers.js"
 
 /**
@@ -139,6 +141,15 @@ describe("store directories swapped for symlinks during imports (item 9)", () =>
             return yield* store.activate(item.signed)
           }))
 
+        // Decoys outside under the names the store would remove or rename through a swapped
+        // directory (a kept copy, an empty lease directory): they must survive untouched.
+        const owner = Owner.format(Owner.self())
+        for (const item of items) {
+          Fs.writeFileSync(Path.join(outside, `${owner}.${Digest.hex(item.digest)}.ready`), "decoy")
+          Fs.mkdirSync(Path.join(outside, Digest.hex(item.digest)))
+        }
+        const decoys = treeOf(outside)
+
         // The first import makes every directory that is then swapped (none inside another).
         yield* importOne(items[0]!)
         const swapped = ["staging", "leases", `blobs/sha256/${shard}`, "manifests/sha256"]
@@ -159,7 +170,7 @@ describe("store directories swapped for symlinks during imports (item 9)", () =>
             `${refused.length} refused (${[...new Set(refused)].join(", ")})`
         )
 
-        assert.deepStrictEqual(treeOf(outside), [], "nothing appears outside the root")
+        assert.deepStrictEqual(treeOf(outside), decoys, "nothing outside the root is created, removed or renamed")
         assert.isAbove(refused.length, 0, "the swaps raced the imports")
         assert.deepStrictEqual([...new Set(refused)], ["UnsafePath"], "every refusal is a typed UnsafePath")
 
@@ -172,7 +183,7 @@ describe("store directories swapped for symlinks during imports (item 9)", () =>
           assert.strictEqual(active.artifacts[0]!.path, Path.join(root, "blobs", "sha256", shard, Digest.hex(item.digest)))
           yield* store.verify(item.digest)
         }
-        assert.deepStrictEqual(treeOf(outside), [])
+        assert.deepStrictEqual(treeOf(outside), decoys)
       }),
     { timeout: 120_000 }
   )
