@@ -279,7 +279,7 @@ export const make = (root: string, lock: FileLock): Blobs => {
   const keep = (staging: Dir.Dir, staged: Staged, expected: Digest.Digest) =>
     Dir.rename(staging, staged.name, staging, readyName(expected)).pipe(
       Effect.zipRight(
-        Effect.logWarning("store: publishing refused; the verified copy is kept for the next attempt").pipe(
+        Effect.logWarning("store: publishing failed; the verified copy is kept for the next attempt").pipe(
           Effect.annotateLogs({ service: "Store", digest: expected, kept: Path.join(staging.path, readyName(expected)) })
         )
       ),
