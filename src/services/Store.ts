@@ -759,14 +759,8 @@ export const make: Effect.Effect<
   })
 
   /** The seed's manifests, each verified under today's trust (its key, scoped to its models). */
-  const seedManifests = Effect.gen(function*() {
-    const found: Array<{ readonly bytes: Uint8Array; readonly verified: Either.Either<Signing.Verified, Signing.ReadError> }> = []
-    for (const file of yield* Seed.manifestFiles(config.seed.dir)) {
-      const bytes = yield* Seed.readManifest(file, config.maxManifestBytes)
-      found.push({ bytes, verified: readSigned(bytes) })
-    }
-    return found
-  })
+  const seedManifests = Effect.flatMap(Seed.manifestFiles(config.seed.dir), (files) =>
+    Effect.forEach(files, (file) => Effect.map(Seed.readManifest(file, config.maxManifestBytes), readSigned)))
 
   const candidates = Effect.fn("Store.candidates")(function*(role: Role, device?: string) {
     const dev = device ?? config.device
@@ -779,11 +773,11 @@ export const make: Effect.Effect<
     // A seed manifest whose activation was passed over (the seed was re-signed) is a candidate again.
     const named = new Set(result.flatMap((c) => Either.isRight(c) ? [c.right.manifestDigest] : []))
     for (const seed of yield* seedManifests) {
-      if (Either.isLeft(seed.verified)) continue
-      const { digest, manifest } = seed.verified.right
+      if (Either.isLeft(seed)) continue
+      const { digest, manifest } = seed.right
       if (manifest.role !== role || named.has(digest)) continue
       // The seed's artifacts are in the store once importSeed has run; without them it is no candidate.
-      const described = yield* describeVerified(seed.verified.right, dev).pipe(
+      const described = yield* describeVerified(seed.right, dev).pipe(
         Effect.map(Option.some),
         Effect.catchTag("ArtifactMissing", () => Effect.succeed(Option.none()))
       )
@@ -842,9 +836,9 @@ export const make: Effect.Effect<
         const manifest = yield* manifests.readReferenced(indexed.entry.manifest)
         for (const artifact of manifest.artifacts) referenced.add(artifact.digest)
       }
-      const { active } = yield* activePerModel(state)
-      for (const model of active) for (const artifact of model.artifacts) referenced.add(artifact.digest)
-      return { referenced, active }
+      const models = yield* activePerModel(state)
+      for (const model of models.active) for (const artifact of model.artifacts) referenced.add(artifact.digest)
+      return { referenced, models }
     })
 
   const reap = Effect.fn("Store.reap")(function*(options?: { readonly grace?: Duration.DurationInput }) {
@@ -881,9 +875,8 @@ export const make: Effect.Effect<
 
   const list = Effect.gen(function*() {
     const { models, referenced, scan } = yield* withLock(Effect.gen(function*() {
-      const state = yield* journal.read
-      const { referenced } = yield* referencedBy(state)
-      return { models: yield* activePerModel(state), referenced, scan: yield* leases.scan }
+      const { models, referenced } = yield* referencedBy(yield* journal.read)
+      return { models, referenced, scan: yield* leases.scan }
     }))
     const all = yield* blobs.list
     return {
@@ -986,8 +979,8 @@ export const layer: Layer.Layer<Store, UnsafePath | StoreIoError | InvalidKey | 
   Layer.scoped(Store, make)
 
 /**
- * The store, with the configured seed imported and activated before the layer is ready (the
- * runtime then works out of the box; cheap when the seed is already active).
+ * The store, with the configured seed imported (activated where its role has no other model)
+ * before the layer is ready; cheap when the seed is already active. Fails when the seed fails.
  */
 export const layerSeeded: Layer.Layer<Store, UnsafePath | StoreIoError | InvalidKey | JournalCorrupt | SeedError, StoreConfig> =
   Layer.scoped(Store, Effect.tap(make, (store) => store.importSeed))
