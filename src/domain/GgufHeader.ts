@@ -58,6 +58,10 @@ const arrayType = 9
 const utf8 = new TextDecoder("utf-8")
 const latin1 = new TextDecoder("latin1")
 
+/**
+ * A defect found while reading. The cursor throws it (a header has thousands of fields, each read
+ * may fail) and `read` turns it into its `Either`: nothing else is ever thrown out of this module.
+ */
 class Defect {
   constructor(readonly reason: string, readonly offset: number) {}
 }
