@@ -326,8 +326,6 @@ export type LeaseError = InvalidDigest | ArtifactMissing | ArtifactCorrupt | Uns
 
 export type ReapError = JournalCorrupt | ManifestMissing | ManifestTooLarge | InvalidManifest | UnsafePath | StoreIoError
 
-export type SeedModelsError = StoreIoError | UnsafePath | ManifestTooLarge
-
 export type SeedError = ActivateError | StageError | InvalidKey | ManifestMissing
 
 export class Store extends Context.Tag("nativegen/Store")<Store, {
@@ -372,7 +370,7 @@ export class Store extends Context.Tag("nativegen/Store")<Store, {
    */
   readonly active: (selector: Selector, device?: string) => Effect.Effect<ActiveModel, ActiveError>
   /** What a role may run, in the order to try (see `Candidate`). */
-  readonly candidates: (role: Role, device?: string) => Effect.Effect<ReadonlyArray<Candidate>, StoreFault | SeedModelsError>
+  readonly candidates: (role: Role, device?: string) => Effect.Effect<ReadonlyArray<Candidate>, StoreFault>
   /** The active manifests (per model, the newest usable), the activations passed over, every published blob. */
   readonly list: Effect.Effect<Listing, ReapError>
   /**
@@ -758,9 +756,19 @@ export const make: Effect.Effect<
     )
   })
 
-  /** The seed's manifests, each verified under today's trust (its key, scoped to its models). */
+  /**
+   * The seed's manifests, each verified under today's trust (its key, scoped to its models); none
+   * when the seed cannot be read (it is a last resort, not a requirement).
+   */
   const seedManifests = Effect.flatMap(Seed.manifestFiles(config.seed.dir), (files) =>
-    Effect.forEach(files, (file) => Effect.map(Seed.readManifest(file, config.maxManifestBytes), readSigned)))
+    Effect.forEach(files, (file) => Effect.map(Seed.readManifest(file, config.maxManifestBytes), readSigned))).pipe(
+      Effect.catchAll((e) =>
+        Effect.as(
+          Effect.logWarning("store: the seed cannot be read").pipe(Effect.annotateLogs({ service: "Store", reason: e.message })),
+          []
+        )
+      )
+    )
 
   const candidates = Effect.fn("Store.candidates")(function*(role: Role, device?: string) {
     const dev = device ?? config.device

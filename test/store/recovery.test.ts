@@ -128,6 +128,20 @@ describe("trust changes (item 4)", () => {
         "tiny r1 (seed)"
       ])
     }), { timeout: 30_000 })
+
+  it.scoped("a seed that cannot be read leaves the journal's candidates (it is a last resort, not a requirement)", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const key = makeKey()
+      const store = yield* makeStore(Path.join(dir, "store"), [key], {
+        trustSeedKey: true,
+        seed: { dir: Path.join(dir, "no-seed-here"), materialize: Seed.generate }
+      }).pipe(quiet)
+      const artifact = yield* artifactIn(store, "mine")
+      yield* store.activate(envelope(key, manifestOf("mine", 1, [artifact])))
+      assert.deepStrictEqual(describeCandidates(yield* store.candidates("generation").pipe(quiet)), ["mine r1"])
+      assert.strictEqual((yield* Effect.flip(store.importSeed))._tag, "StoreIoError")
+    }))
 })
 
 describe("the seed key's scope (item 5)", () => {
