@@ -46,8 +46,8 @@ const positive = (name: string, env: string, description: string) =>
     Options.withFallbackConfig(Config.option(Config.integer(env)))
   )
 
-export const options = {
-  socket: Flags.socket,
+/** Where the store is and which keys it trusts: `serve` and the `store` commands (working directly) share them. */
+export const storeFlags = {
   storeRoot: Options.text("store-root").pipe(
     Options.withDescription(`Model store directory (env ${Paths.env.storeRoot}; default ${Paths.defaultStoreRoot()})`),
     Options.withDefault(Paths.defaultStoreRoot()),
@@ -66,7 +66,12 @@ export const options = {
       "One more PEM public key to trust for this run; repeatable (also NATIVEGEN_STORE_TRUSTED_KEYS: PEM texts)"
     ),
     Options.repeated
-  ),
+  )
+}
+
+export const options = {
+  socket: Flags.socket,
+  ...storeFlags,
   threads: Options.integer("threads").pipe(
     Options.withDescription(`Engine threads (env NATIVEGEN_THREADS; default ${defaultThreads()}, half the logical CPUs)`),
     Options.withDefault(defaultThreads()),
@@ -94,11 +99,14 @@ export const options = {
   )
 }
 
-export interface ServeSettings {
-  readonly socket: string
+export interface StoreSettings {
   readonly storeRoot: string
   readonly trustedKeys: string
   readonly trustKeys: ReadonlyArray<string>
+}
+
+export interface ServeSettings extends StoreSettings {
+  readonly socket: string
   readonly threads: number
   readonly backend: typeof backends[number]
   readonly generationContext: Option.Option<number>
@@ -111,15 +119,22 @@ const storeEnv = ConfigProvider.fromEnv().pipe(ConfigProvider.constantCase, Conf
 const readKey = (path: string) =>
   Effect.try({ try: () => Fs.readFileSync(path, "utf8"), catch: (cause) => new CliFileError({ path, reason: reasonOf(cause) }) })
 
+/** The store's options: its env config (NATIVEGEN_STORE_*), then the flags; trusted keys from all of them. */
+export const storeOptions = (settings: StoreSettings) =>
+  Effect.gen(function*() {
+    const store = yield* Effect.withConfigProvider(StoreConfig.config, storeEnv)
+    const fromDir = yield* TrustedKeys.load(settings.trustedKeys)
+    const keys = [...fromDir.map((key) => key.pem), ...(yield* Effect.forEach(settings.trustKeys, readKey))]
+    return { ...store, root: settings.storeRoot, trustedKeys: [...store.trustedKeys, ...keys] }
+  })
+
 /** The runtime's options: the services' own env configs (NATIVEGEN_STORE_*, NATIVEGEN_ADMISSION_*), then the flags. */
 export const runtimeOptions = (settings: ServeSettings) =>
   Effect.gen(function*() {
-    const store = yield* Effect.withConfigProvider(StoreConfig.config, storeEnv)
+    const store = yield* storeOptions(settings)
     const admission = yield* Admission.AdmissionConfig.config
-    const fromDir = yield* TrustedKeys.load(settings.trustedKeys)
-    const keys = [...fromDir.map((key) => key.pem), ...(yield* Effect.forEach(settings.trustKeys, readKey))]
     const options: Partial<Runtime.RuntimeOptions> = {
-      store: { ...store, root: settings.storeRoot, trustedKeys: [...store.trustedKeys, ...keys] },
+      store,
       admission: {
         ...admission,
         contextCap: {

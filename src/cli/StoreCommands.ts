@@ -1,8 +1,10 @@
 /**
- * `nativegen store import|list|verify|activate|reap`: the model store of a running server,
- * through its RPC client. `import` sends a signed manifest and the absolute path of a model file
+ * `nativegen store import|list|verify|activate|reap`: the model store. `import` goes through a
+ * running server's RPC client: it sends a signed manifest and the absolute path of a model file
  * on this machine; the server verifies the manifest before copying, and the copy's progress is
  * drawn as a bar with bytes and rate (redrawn in place on a terminal, every tenth otherwise).
+ * `list`, `verify`, `activate` and `reap` use the server when one listens on the socket, and
+ * otherwise work directly on the store (StoreAccess), saying on stderr which they did.
  */
 import * as Args from "@effect/cli/Args"
 import * as Command from "@effect/cli/Command"
@@ -21,6 +23,8 @@ import { CliFileError, reasonOf } from "./CliError.js"
 import * as Flags from "./Flags.js"
 import * as Format from "./Format.js"
 import * as Remote from "./Remote.js"
+import { storeFlags } from "./Serve.js"
+import { withStore } from "./StoreAccess.js"
 import * as Terminal from "./Terminal.js"
 
 const device = Options.text("device").pipe(
@@ -128,7 +132,7 @@ const importCommand = Command.make(
 
 const encodeListing = Schema.encodeSync(Listing)
 
-/** The listing as two tables: the active models, then the blobs. */
+/** The listing as tables: the active models, the activations passed over (when any), then the blobs. */
 export const listingText = (listing: Listing): string => {
   const active = listing.active.length === 0
     ? "no active models"
@@ -152,15 +156,26 @@ export const listingText = (listing: Listing): string => {
       listing.blobs.map((b) => [b.digest, Format.formatBytes(b.size), b.referenced ? "yes" : "no", b.leased ? "yes" : "no"]),
       [false, true]
     )
-  return `${active}\n\n${blobs}`
+  const passedOver = listing.passedOver.length === 0
+    ? []
+    : [Format.table(
+      ["passed over", "model", "revision", "device", "journal line", "why"],
+      listing.passedOver.map((p) => [p.role, p.model, String(p.revision), p.device, String(p.journalLine), p.reason]),
+      [false, false, true, false, true]
+    )]
+  return [active, ...passedOver, blobs].join("\n\n")
 }
 
-const list = Command.make("list", { socket: Flags.socket, json: Flags.json }, (settings) =>
-  Effect.gen(function*() {
-    const listing = yield* (yield* Remote.RemoteStore).list
-    yield* Console.log(settings.json ? JSON.stringify(encodeListing(listing), null, 2) : listingText(listing))
-  }).pipe(Remote.withClient(settings.socket))).pipe(
-    Command.withDescription("List the active models and the blobs in the store")
+const list = Command.make("list", { socket: Flags.socket, json: Flags.json, ...storeFlags }, (settings) =>
+  withStore(settings)((store) =>
+    Effect.gen(function*() {
+      const listing = yield* store.list
+      yield* Console.log(settings.json ? JSON.stringify(encodeListing(listing), null, 2) : listingText(listing))
+    })
+  )).pipe(
+    Command.withDescription(
+      "List the active models, the activations passed over and why, and the blobs (directly on the store when no server runs)"
+    )
   )
 
 const encodeVerified = Schema.encodeSync(VerifiedBlob)
@@ -170,15 +185,18 @@ const verify = Command.make(
   {
     socket: Flags.socket,
     json: Flags.json,
+    ...storeFlags,
     digest: Args.text({ name: "digest" }).pipe(Args.withDescription("sha256:<64 hex> of a blob"))
   },
   (settings) =>
-    Effect.gen(function*() {
-      const blob = yield* (yield* Remote.RemoteStore).verify(settings.digest)
-      yield* Console.log(
-        settings.json ? JSON.stringify(encodeVerified(blob)) : `ok ${blob.digest} (${Format.formatBytes(blob.size)})`
-      )
-    }).pipe(Remote.withClient(settings.socket))
+    withStore(settings)((store) =>
+      Effect.gen(function*() {
+        const blob = yield* store.verify(settings.digest)
+        yield* Console.log(
+          settings.json ? JSON.stringify(encodeVerified(blob)) : `ok ${blob.digest} (${Format.formatBytes(blob.size)})`
+        )
+      })
+    )
 ).pipe(Command.withDescription("Re-hash a blob; a corrupt one is quarantined"))
 
 const encodeActivation = Schema.encodeSync(Activation)
@@ -190,16 +208,19 @@ const activate = Command.make(
     json: Flags.json,
     device,
     allowRollback,
+    ...storeFlags,
     manifest: Args.file({ name: "manifest.json", exists: "yes" }).pipe(
       Args.withDescription("A signed manifest whose artifacts are in the store")
     )
   },
   (settings) =>
-    Effect.gen(function*() {
-      const manifest = yield* readText(settings.manifest)
-      const activation = yield* (yield* Remote.RemoteStore).activate(manifest, activateOptions(settings))
-      yield* Console.log(settings.json ? JSON.stringify(encodeActivation(activation)) : activationLine(activation))
-    }).pipe(Remote.withClient(settings.socket))
+    withStore(settings)((store) =>
+      Effect.gen(function*() {
+        const manifest = yield* readText(settings.manifest)
+        const activation = yield* store.activate(manifest, activateOptions(settings))
+        yield* Console.log(settings.json ? JSON.stringify(encodeActivation(activation)) : activationLine(activation))
+      })
+    )
 ).pipe(Command.withDescription("Activate a signed manifest whose artifacts are already in the store"))
 
 const encodeReap = Schema.encodeSync(ReapReport)
@@ -209,26 +230,29 @@ const reap = Command.make(
   {
     socket: Flags.socket,
     json: Flags.json,
+    ...storeFlags,
     grace: Options.integer("grace-seconds").pipe(
-      Options.withDescription("Keep unreferenced blobs younger than this (default: the server's, 10 minutes)"),
+      Options.withDescription("Keep unreferenced blobs younger than this (default: the store's, 10 minutes)"),
       Options.optional
     )
   },
   (settings) =>
-    Effect.gen(function*() {
-      const report = yield* (yield* Remote.RemoteStore).reap(
-        Option.match(settings.grace, { onNone: () => ({}), onSome: (seconds) => ({ grace: Duration.seconds(seconds) }) })
-      )
-      if (settings.json) return yield* Console.log(JSON.stringify(encodeReap(report)))
-      yield* Console.log(
-        `removed ${report.removed.length} blobs (${Format.formatBytes(report.freedBytes)}), kept ${report.kept.length}, ` +
-          `${report.staleLeases} stale leases and ${report.staleStaging} stale staging files cleaned`
-      )
-      for (const digest of report.removed) yield* Console.log(`  removed ${digest}`)
-    }).pipe(Remote.withClient(settings.socket))
+    withStore(settings)((store) =>
+      Effect.gen(function*() {
+        const report = yield* store.reap(
+          Option.match(settings.grace, { onNone: () => ({}), onSome: (seconds) => ({ grace: Duration.seconds(seconds) }) })
+        )
+        if (settings.json) return yield* Console.log(JSON.stringify(encodeReap(report)))
+        yield* Console.log(
+          `removed ${report.removed.length} blobs (${Format.formatBytes(report.freedBytes)}), kept ${report.kept.length}, ` +
+            `${report.staleLeases} stale leases and ${report.staleStaging} stale staging files cleaned`
+        )
+        for (const digest of report.removed) yield* Console.log(`  removed ${digest}`)
+      })
+    )
 ).pipe(Command.withDescription("Remove blobs no active manifest names and no process holds"))
 
 export const command = Command.make("store").pipe(
-  Command.withDescription("The model store of a running server"),
+  Command.withDescription("The model store: through a running server, or directly when none runs (import needs the server)"),
   Command.withSubcommands([importCommand, list, verify, activate, reap])
 )

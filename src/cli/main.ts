@@ -1,7 +1,8 @@
 /**
  * The `nativegen` command line: `serve` runs the runtime and its socket server in the foreground;
- * `chat`, `decide`, `status` and `store` talk to a running server through the RPC client; `keys`
- * works locally. Every failure ends with one line on stderr and a non-zero exit code.
+ * `chat`, `decide`, `status` and `store` talk to a running server through the RPC client (the
+ * `store` commands but `import` work directly on the store when no server runs); `keys` works
+ * locally. Every failure ends with one line on stderr and a non-zero exit code.
  */
 import * as CliConfig from "@effect/cli/CliConfig"
 import * as Command from "@effect/cli/Command"

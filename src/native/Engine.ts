@@ -225,6 +225,11 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
 
   const gpuLayers = () => (llama.gpu === false ? 0 : 1_000)
 
+  // Whole bytes, rounded up: for an architecture llama.cpp does not know the estimator's figures
+  // are fractional, and the plan must still reach the host (whose load then fails with the reason).
+  const estimateOf = (e: { readonly cpuRam: number; readonly gpuVram: number }) =>
+    new MemoryEstimate({ cpuBytes: Math.ceil(e.cpuRam), gpuBytes: Math.ceil(e.gpuVram) })
+
   const plan = (modelPath: string, contextSizes: ReadonlyArray<number>, sequences: number) =>
     Effect.gen(function*() {
       yield* checkPositiveInt("sequences", sequences)
@@ -245,13 +250,13 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
           })
         )
         contexts.push(
-          new ContextPlan({ contextSize, context: new MemoryEstimate({ cpuBytes: c.cpuRam, gpuBytes: c.gpuVram }) })
+          new ContextPlan({ contextSize, context: estimateOf(c) })
         )
       }
       return new ModelPlan({
         modelPath,
         trainedContextSize: insights.trainContextSize ?? 0,
-        weights: new MemoryEstimate({ cpuBytes: weights.cpuRam, gpuBytes: weights.gpuVram }),
+        weights: estimateOf(weights),
         contexts
       })
     })

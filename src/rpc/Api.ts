@@ -67,9 +67,22 @@ export const ActiveModel = Schema.Struct({
 })
 export type ActiveModel = typeof ActiveModel.Type
 
+/** `Store.PassedOver` on the wire: an activation that cannot be used, and why. */
+export const PassedOver = Schema.Struct({
+  model: Schema.String,
+  role: Role,
+  device: Schema.String,
+  revision: Schema.Int,
+  manifestDigest: Digest,
+  journalLine: Schema.Int,
+  error: Schema.String,
+  reason: Schema.String
+})
+
 /** `Store.Listing` on the wire. */
 export const Listing = Schema.Struct({
   active: Schema.Array(ActiveModel),
+  passedOver: Schema.Array(PassedOver),
   blobs: Schema.Array(Schema.Struct({
     digest: Digest,
     size: Schema.NonNegativeInt,

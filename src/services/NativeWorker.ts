@@ -112,6 +112,8 @@ export interface NativeWorkerConfigShape {
   readonly readyTimeout: Duration.Duration
   /** Recovery actions kept for readiness. Default 32. */
   readonly recoveryLogLength: number
+  /** Recovery actions taken before this worker was made (the runtime's model fallbacks), listed first. Default none. */
+  readonly recoveryActions?: ReadonlyArray<RecoveryAction> | undefined
   /** Extra child environment (test failpoints); not reachable from any public interface. */
   readonly childEnv?: Readonly<Record<string, string>> | undefined
   /**
@@ -153,9 +155,10 @@ export type WorkerState = "starting" | "loading" | "warming" | "ready" | "repair
 
 export interface RecoveryAction {
   readonly at: Date
-  readonly kind: "exit" | "hang" | "protocol" | "start" | "admission" | "budget" | "repair-request"
+  /** `trust`: an activation passed over; `load`: a role's model the engine refused to load. */
+  readonly kind: "exit" | "hang" | "protocol" | "start" | "admission" | "budget" | "repair-request" | "trust" | "load"
   readonly reason: string
-  readonly outcome: "replaced" | "failed" | "gave-up" | "pending"
+  readonly outcome: "replaced" | "failed" | "gave-up" | "pending" | "fell-back"
 }
 
 export interface WorkerReadiness {
@@ -177,6 +180,12 @@ export interface WorkerReadiness {
   }>
   readonly uptimeMillis: number
   readonly recoveryActions: ReadonlyArray<RecoveryAction>
+  /**
+   * When the engine refused to load a role's model (a typed failure of the load, not a crash):
+   * which role and why. The worker does not restart for it (it would only repeat); another model
+   * for the role can be tried. Cleared when a child starts.
+   */
+  readonly loadFailure: { readonly role: Role; readonly reason: string } | undefined
 }
 
 export interface GenerateRequest {
@@ -260,6 +269,8 @@ interface Status {
 class ChildFailed extends Data.TaggedError("ChildFailed")<{
   readonly kind: RecoveryAction["kind"]
   readonly reason: string
+  /** The role whose model the engine refused to load (kind `load`). */
+  readonly role?: Role | undefined
 }> {}
 
 const isChildFailed = (e: unknown): e is ChildFailed => e instanceof ChildFailed
@@ -271,7 +282,8 @@ export const make = Effect.gen(function*() {
   const config = yield* NativeWorkerConfig
   const workerScope = yield* Effect.scope
   const status = yield* SubscriptionRef.make<Status>({ state: "starting", reason: undefined, current: undefined })
-  const actions = yield* Ref.make<ReadonlyArray<RecoveryAction>>([])
+  const actions = yield* Ref.make<ReadonlyArray<RecoveryAction>>(config.recoveryActions ?? [])
+  const loadFailure = yield* Ref.make<WorkerReadiness["loadFailure"]>(undefined)
   const failures = yield* Ref.make<ReadonlyArray<number>>([])
   const repairing = yield* Effect.makeSemaphore(1)
   const startedAt = yield* Clock.currentTimeMillis
@@ -365,7 +377,9 @@ export const make = Effect.gen(function*() {
             config.loadDeadline
           ),
           Stream.runFold(undefined as LoadedModel | undefined, (last, e) => (e._tag === "Loaded" ? e.model : last)),
-          Effect.catchIf(isRpcClientError, (e) => childFailure(child, e.message))
+          Effect.catchIf(isRpcClientError, (e) => childFailure(child, e.message)),
+          // The engine answered with a typed refusal: the model, not the child, is at fault.
+          Effect.mapError((e) => e._tag === "ChildFailed" ? e : new ChildFailed({ kind: "load", role, reason: `load of ${role} failed: ${e.message}` }))
         )
         if (loaded === undefined) {
           return yield* new ChildFailed({ kind: "start", reason: `load of ${role} ended without a model` })
@@ -468,16 +482,19 @@ export const make = Effect.gen(function*() {
           )
           return
         }
-        if (last.kind === "admission") {
-          // Admission refuses deterministically: restarting would only repeat it. repair() tries again.
+        if (last.kind === "admission" || last.kind === "load") {
+          // Admission and a model's refusal to load are deterministic: restarting would only repeat
+          // them. repair() tries again.
+          if (last.role !== undefined) yield* Ref.set(loadFailure, { role: last.role, reason: last.reason })
           yield* SubscriptionRef.set(status, { state: "failed", reason: last.reason, current: undefined })
-          yield* logAction({ kind: "admission", reason: last.reason, outcome: "gave-up" })
+          yield* logAction({ kind: last.kind, reason: last.reason, outcome: "gave-up" })
           yield* Effect.logError(last.reason)
           return
         }
         yield* setState("repairing", last.reason)
         const next = yield* Effect.either(startIncarnation)
         if (next._tag === "Right") {
+          yield* Ref.set(loadFailure, undefined)
           yield* SubscriptionRef.set(status, { state: "ready", reason: undefined, current: next.right })
           yield* logAction({ kind: last.kind, reason: last.reason, outcome: "replaced" })
           return
@@ -655,7 +672,8 @@ export const make = Effect.gen(function*() {
         }]
       }),
       uptimeMillis: now - startedAt,
-      recoveryActions: yield* Ref.get(actions)
+      recoveryActions: yield* Ref.get(actions),
+      loadFailure: yield* Ref.get(loadFailure)
     } satisfies WorkerReadiness
   })
 

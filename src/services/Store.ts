@@ -22,10 +22,12 @@ import * as RcMap from "effect/RcMap"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Crypto from "node:crypto"
+import * as NodeFs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Digest from "../domain/Digest.js"
-import type { KeyId, Manifest, Role, SignedManifest } from "../domain/Manifest.js"
+import * as GgufHeader from "../domain/GgufHeader.js"
+import { ggufMediaType, type KeyId, type Manifest, type Role, type SignedManifest } from "../domain/Manifest.js"
 import {
   ArtifactCorrupt,
   ArtifactMissing,
@@ -34,8 +36,10 @@ import {
   type InvalidDigest,
   type InvalidKey,
   InvalidManifest,
+  InvalidModelFile,
   type InvalidSize,
   type JournalCorrupt,
+  type KeyNotAllowed,
   ManifestExpired,
   type ManifestMissing,
   type ManifestTooLarge,
@@ -44,7 +48,7 @@ import {
   RollbackRefused,
   type SizeExceeded,
   type SizeMismatch,
-  type StoreIoError,
+  StoreIoError,
   type UnknownKey,
   type UnsafePath
 } from "./StoreError.js"
@@ -179,8 +183,8 @@ export interface ActiveArtifact {
   readonly path: string
 }
 
-/** The active manifest for a (model, device). */
-export interface ActiveModel {
+/** A verified manifest for a (model, device) whose artifacts are all in the store. */
+export interface ModelRevision {
   readonly model: string
   readonly role: Role
   readonly device: string
@@ -189,11 +193,40 @@ export interface ActiveModel {
   readonly keyId: KeyId
   readonly manifest: Manifest
   readonly artifacts: ReadonlyArray<ActiveArtifact>
+}
+
+/** The active manifest for a (model, device). */
+export interface ActiveModel extends ModelRevision {
   /** When the activation was journaled (informational). */
   readonly activatedAt: string
   /** 1-based journal line of the activation. */
   readonly journalLine: number
 }
+
+/**
+ * An activation that cannot be used under today's trust or with what the store holds: its signer
+ * is no longer trusted (or may not sign that model), its stored manifest or an artifact is gone.
+ */
+export interface PassedOver {
+  readonly model: string
+  readonly role: Role
+  readonly device: string
+  readonly revision: number
+  readonly manifestDigest: Digest.Digest
+  readonly journalLine: number
+  /** The refusal's tag (`UnknownKey`, `KeyNotAllowed`, `ArtifactMissing`, ...). */
+  readonly error: string
+  /** The refusal's message. */
+  readonly reason: string
+}
+
+/**
+ * What a role may run, one entry per manifest in the order to try: its activations in the journal
+ * from the newest (each usable, or passed over with the reason), then the packaged seed's model
+ * for the role when no activation names that manifest (staged, not activated: `journalLine` is
+ * undefined).
+ */
+export type Candidate = Either.Either<ModelRevision & { readonly journalLine: number | undefined }, PassedOver>
 
 /** A held reader lease. */
 export interface Lease {
@@ -203,7 +236,10 @@ export interface Lease {
 }
 
 export interface Listing {
+  /** Per (model, device): its newest activation that is usable. */
   readonly active: ReadonlyArray<ActiveModel>
+  /** Activations newer than the one listed for their model that cannot be used, and why. */
+  readonly passedOver: ReadonlyArray<PassedOver>
   readonly blobs: ReadonlyArray<{
     readonly digest: Digest.Digest
     readonly size: number
@@ -226,7 +262,19 @@ export interface ReapReport {
 }
 
 export interface SeedReport {
+  /** Seed models activated now or already active. */
   readonly models: ReadonlyArray<Activation>
+  /**
+   * Seed models staged (their artifacts verified in the store) but not activated: their role has
+   * an activation of another model, or a newer revision of the seed model is active.
+   */
+  readonly staged: ReadonlyArray<{
+    readonly model: string
+    readonly role: Role
+    readonly revision: number
+    readonly manifestDigest: Digest.Digest
+    readonly reason: string
+  }>
 }
 
 export type StageError =
@@ -245,8 +293,10 @@ export type ActivateError =
   | ManifestTooLarge
   | ManifestUnsigned
   | UnknownKey
+  | KeyNotAllowed
   | BadSignature
   | InvalidManifest
+  | InvalidModelFile
   | ManifestExpired
   | RollbackRefused
   | ArtifactMissing
@@ -255,18 +305,22 @@ export type ActivateError =
   | UnsafePath
   | StoreIoError
 
-export type ActiveError =
-  | NotActive
+/** Why one activation cannot be used (it is passed over); anything else is a fault of the store. */
+export type UnusableError =
   | ManifestMissing
   | ManifestTooLarge
   | ManifestUnsigned
   | UnknownKey
+  | KeyNotAllowed
   | BadSignature
   | InvalidManifest
   | ArtifactMissing
-  | JournalCorrupt
-  | UnsafePath
-  | StoreIoError
+
+/** A store that cannot be read at all. */
+export type StoreFault = JournalCorrupt | UnsafePath | StoreIoError
+
+/** `NotActive` when nothing was activated; the newest activation's refusal when none is usable. */
+export type ActiveError = NotActive | UnusableError | StoreFault
 
 export type LeaseError = InvalidDigest | ArtifactMissing | ArtifactCorrupt | UnsafePath | StoreIoError
 
@@ -310,10 +364,15 @@ export class Store extends Context.Tag("nativegen/Store")<Store, {
     signed: SignedManifest | string | Uint8Array,
     options?: ActivateOptions
   ) => Effect.Effect<Activation, ActivateError>
-  /** The active manifest for a model or role on a device (default device when omitted). */
+  /**
+   * The active manifest for a model or role on a device (default device when omitted): the newest
+   * activation that is usable under today's trust. Newer ones that are not are passed over.
+   */
   readonly active: (selector: Selector, device?: string) => Effect.Effect<ActiveModel, ActiveError>
-  /** Every active manifest and every published blob. */
-  readonly list: Effect.Effect<Listing, ReapError | ActiveError>
+  /** What a role may run, in the order to try (see `Candidate`). */
+  readonly candidates: (role: Role, device?: string) => Effect.Effect<ReadonlyArray<Candidate>, StoreFault>
+  /** The active manifests (per model, the newest usable), the activations passed over, every published blob. */
+  readonly list: Effect.Effect<Listing, ReapError>
   /**
    * A scoped reader lease: while held (by any process), reaping keeps the blob. The blob is
    * verified on first lease in this process (and again whenever its identity changed).
@@ -323,9 +382,12 @@ export class Store extends Context.Tag("nativegen/Store")<Store, {
   /** Removes blobs that no active manifest names, no live lease holds, and that are older than the grace. */
   readonly reap: (options?: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, ReapError>
   /**
-   * Imports and activates the configured seed: every seed artifact is verified (regenerated and
-   * staged when absent or corrupt), then its manifest activated. Idempotent: an active seed
-   * manifest is reported `alreadyActive` and nothing is journaled.
+   * Imports the configured seed: every seed artifact is verified (regenerated and staged when
+   * absent or corrupt). A seed manifest is then activated only when its role has no activation of
+   * any other model (on the default device) and no newer revision of it is active; otherwise it
+   * stays staged (see `SeedReport.staged`), available to `candidates` and to an explicit
+   * `activate`. Idempotent: an active seed manifest is reported `alreadyActive` and nothing is
+   * journaled.
    */
   readonly importSeed: Effect.Effect<SeedReport, SeedError>
 }>() {}
@@ -347,18 +409,20 @@ export const make: Effect.Effect<
   const lock = yield* Fs.orStoreError(Lock.make(root))
   const withLock = <A, E, R>(self: Effect.Effect<A, E, R>) => Fs.orStoreError(lock.withLock(self))
 
+  // The seed's key may sign only the seed's own models; a key the configuration names is trusted
+  // for everything (even when it is the seed's).
   const trusted = new Map<string, Signing.TrustedKey>()
+  if (config.trustSeedKey) {
+    const seedKey = yield* Effect.either(Seed.scopedKey(config.seed.dir, config.maxManifestBytes))
+    if (Either.isRight(seedKey)) trusted.set(seedKey.right.keyId, seedKey.right)
+    else yield* Effect.logWarning("store: no seed key").pipe(Effect.annotateLogs({ service: "Store", reason: seedKey.left.message }))
+  }
   for (const [i, pem] of config.trustedKeys.entries()) {
     const key = yield* Either.match(Signing.publicKeyFromPem(pem, `trustedKeys[${i}]`), {
       onLeft: Effect.fail,
       onRight: Effect.succeed
     })
     trusted.set(key.keyId, key)
-  }
-  if (config.trustSeedKey) {
-    const seedKey = yield* Effect.either(Seed.readKey(config.seed.dir))
-    if (Either.isRight(seedKey)) trusted.set(seedKey.right.keyId, seedKey.right)
-    else yield* Effect.logWarning("store: no seed key").pipe(Effect.annotateLogs({ service: "Store", reason: seedKey.left.message }))
   }
 
   const journal = yield* Journal.make(root)
@@ -424,10 +488,10 @@ export const make: Effect.Effect<
     return Signing.readEnvelope(bytes, trusted, config.maxManifestBytes)
   }
 
+  /** Refuses a revision not newer than the active one of the model (unless allowed). */
   const checkRevision = (state: Journal.State, verified: Signing.Verified, device: string, allowRollback: boolean) => {
     const current = state.newest.get(Journal.key(verified.manifest.name, device))
-    if (current === undefined) return Effect.succeed(false)
-    if (current.entry.manifest === verified.digest) return Effect.succeed(true)
+    if (current === undefined) return Effect.void
     if (current.entry.revision >= verified.manifest.revision && !allowRollback) {
       return Effect.fail(
         new RollbackRefused({
@@ -438,8 +502,43 @@ export const make: Effect.Effect<
         })
       )
     }
-    return Effect.succeed(false)
+    return Effect.void
   }
+
+  /** Reads a GGUF artifact's header through a descriptor checked to be the verified blob. */
+  const checkModelFile = (blob: Blobs.VerifiedBlob) =>
+    Effect.scoped(Effect.gen(function*() {
+      const file = yield* SafePath.openRead(root, Blobs.segmentsOf(blob.digest), Digest.hex(blob.digest))
+      if (file.stat.ino !== blob.ino || file.stat.dev !== blob.dev) return yield* Effect.fail(new ArtifactMissing({ digest: blob.digest }))
+      const header = yield* Effect.try({
+        try: () =>
+          GgufHeader.read((position, length) => {
+            const buffer = Buffer.allocUnsafe(length)
+            return buffer.subarray(0, NodeFs.readSync(file.fd, buffer, 0, length, position))
+          }, Number(file.stat.size)),
+        catch: (cause) => new StoreIoError({ operation: "read model header", path: file.path, cause })
+      })
+      if (Either.isLeft(header)) {
+        return yield* Effect.fail(new InvalidModelFile({ digest: blob.digest, reason: header.left.reason, offset: header.left.offset }))
+      }
+      return header.right
+    })).pipe(Fs.orStoreError)
+
+  /**
+   * The same manifest (same digest) offered again under a key trusted today: when the stored
+   * envelope no longer verifies (its signer was removed, or the seed was re-signed), the offered
+   * one replaces it, so the activation is usable again. Call under the lock.
+   */
+  const refreshEnvelope = (verified: Signing.Verified) =>
+    Effect.flatMap(Effect.either(manifests.readVerified(verified.digest, trusted)), (stored) =>
+      Either.isRight(stored)
+        ? Effect.void
+        : Effect.zipRight(
+          manifests.write(verified.digest, verified.envelope),
+          Effect.logInfo("store: stored manifest re-signed").pipe(
+            Effect.annotateLogs({ service: "Store", manifest: verified.digest, keyId: verified.keyId, was: stored.left.message })
+          )
+        ))
 
   const activation = (verified: Signing.Verified, device: string, alreadyActive: boolean): Activation => ({
     model: verified.manifest.name,
@@ -451,68 +550,105 @@ export const make: Effect.Effect<
     alreadyActive
   })
 
+  /**
+   * Activates a verified manifest: the artifacts are verified (a GGUF one's header checked), then,
+   * under the lock, the revision rule is applied and the journal appended. `holdBack` (checked
+   * under the same lock, after "already active") may keep it from being activated, with a reason.
+   */
+  const activateVerified = (
+    verified: Signing.Verified,
+    device: string,
+    allowRollback: boolean,
+    holdBack: (state: Journal.State) => string | undefined = () => undefined
+  ) =>
+    Effect.gen(function*() {
+      const manifest = verified.manifest
+      if (manifest.expiresAt !== undefined) {
+        const now = yield* Clock.currentTimeMillis
+        if (manifest.expiresAt.getTime() <= now) {
+          return yield* Effect.fail(
+            new ManifestExpired({
+              model: manifest.name,
+              revision: manifest.revision,
+              expiresAt: manifest.expiresAt.toISOString(),
+              now: new Date(now).toISOString()
+            })
+          )
+        }
+      }
+      type Outcome = Either.Either<Activation, string>
+      /** Already active, held back, or none of these (then the rollback rule has been applied). */
+      const settled = (state: Journal.State) =>
+        Effect.gen(function*() {
+          const current = state.newest.get(Journal.key(manifest.name, device))
+          if (current !== undefined && current.entry.manifest === verified.digest) {
+            yield* refreshEnvelope(verified)
+            return Option.some<Outcome>(Either.right(activation(verified, device, true)))
+          }
+          const reason = holdBack(state)
+          if (reason !== undefined) return Option.some<Outcome>(Either.left(reason))
+          yield* checkRevision(state, verified, device, allowRollback)
+          return Option.none<Outcome>()
+        })
+      const early = yield* withLock(Effect.flatMap(journal.read, settled))
+      if (Option.isSome(early)) return early.value
+      const checked: Array<Blobs.VerifiedBlob> = []
+      for (const artifact of manifest.artifacts) {
+        const blob = yield* blobs.verify(artifact.digest, { trustIdentity: true })
+        if (blob.size !== artifact.size) {
+          return yield* Effect.fail(
+            new InvalidManifest({ reason: `artifact ${artifact.digest} is ${blob.size} bytes, the manifest says ${artifact.size}` })
+          )
+        }
+        if (artifact.mediaType === ggufMediaType) yield* checkModelFile(blob)
+        checked.push(blob)
+      }
+      return yield* withLock(Effect.gen(function*() {
+        const state = yield* journal.read
+        const late = yield* settled(state)
+        if (Option.isSome(late)) return late.value
+        for (const blob of checked) {
+          const now = yield* blobs.statOf(blob.digest)
+          if (Option.isNone(now) || now.value.ino !== blob.ino || now.value.dev !== blob.dev) {
+            return yield* Effect.fail(new ArtifactMissing({ digest: blob.digest }))
+          }
+        }
+        yield* manifests.write(verified.digest, verified.envelope)
+        yield* journal.append({
+          model: manifest.name,
+          role: manifest.role,
+          device,
+          manifest: verified.digest,
+          revision: manifest.revision
+        })
+        yield* Effect.logInfo("store: activated").pipe(
+          Effect.annotateLogs({ service: "Store", model: manifest.name, device, revision: manifest.revision, manifest: verified.digest })
+        )
+        const activated: Outcome = Either.right(activation(verified, device, false))
+        return activated
+      }))
+    })
+
   const activate = Effect.fn("Store.activate")(function*(
     signed: SignedManifest | string | Uint8Array,
     options?: ActivateOptions
   ) {
     const device = yield* checkDevice(options?.device ?? config.device)
-    const allowRollback = options?.allowRollback === true
     const verified = yield* readSigned(signed)
-    const manifest = verified.manifest
-    if (manifest.expiresAt !== undefined) {
-      const now = yield* Clock.currentTimeMillis
-      if (manifest.expiresAt.getTime() <= now) {
-        return yield* Effect.fail(
-          new ManifestExpired({
-            model: manifest.name,
-            revision: manifest.revision,
-            expiresAt: manifest.expiresAt.toISOString(),
-            now: new Date(now).toISOString()
-          })
-        )
-      }
-    }
-    const before = yield* withLock(journal.read)
-    if (yield* checkRevision(before, verified, device, allowRollback)) return activation(verified, device, true)
-    const checked: Array<Blobs.VerifiedBlob> = []
-    for (const artifact of manifest.artifacts) {
-      const blob = yield* blobs.verify(artifact.digest, { trustIdentity: true })
-      if (blob.size !== artifact.size) {
-        return yield* Effect.fail(
-          new InvalidManifest({ reason: `artifact ${artifact.digest} is ${blob.size} bytes, the manifest says ${artifact.size}` })
-        )
-      }
-      checked.push(blob)
-    }
-    return yield* withLock(Effect.gen(function*() {
-      const state = yield* journal.read
-      if (yield* checkRevision(state, verified, device, allowRollback)) return activation(verified, device, true)
-      for (const blob of checked) {
-        const now = yield* blobs.statOf(blob.digest)
-        if (Option.isNone(now) || now.value.ino !== blob.ino || now.value.dev !== blob.dev) {
-          return yield* Effect.fail(new ArtifactMissing({ digest: blob.digest }))
-        }
-      }
-      yield* manifests.write(verified.digest, verified.envelope)
-      yield* journal.append({
-        model: manifest.name,
-        role: manifest.role,
-        device,
-        manifest: verified.digest,
-        revision: manifest.revision
-      })
-      yield* Effect.logInfo("store: activated").pipe(
-        Effect.annotateLogs({ service: "Store", model: manifest.name, device, revision: manifest.revision, manifest: verified.digest })
-      )
-      return activation(verified, device, false)
-    }))
+    const result = yield* activateVerified(verified, device, options?.allowRollback === true)
+    return yield* Either.match(result, {
+      onLeft: (reason) => Effect.die(new Error(`store bug: an activation without a guard was held back (${reason})`)),
+      onRight: Effect.succeed
+    })
   })
 
   // --- reading what is active -------------------------------------------------------------
 
-  const describeActive = (indexed: Journal.Indexed) =>
+  type Indexed = Journal.Indexed
+
+  /** A verified manifest with its artifacts found in the store. */
+  const describeVerified = (verified: Signing.Verified, device: string) =>
     Effect.gen(function*() {
-      const verified = yield* manifests.readVerified(indexed.entry.manifest, trusted)
       const artifacts: Array<ActiveArtifact> = []
       for (const artifact of verified.manifest.artifacts) {
         const st = yield* blobs.statOf(artifact.digest)
@@ -520,41 +656,142 @@ export const make: Effect.Effect<
         artifacts.push({ digest: artifact.digest, size: artifact.size, mediaType: artifact.mediaType, path: blobs.pathOf(artifact.digest) })
       }
       return {
-        model: indexed.entry.model,
-        role: indexed.entry.role,
-        device: indexed.entry.device,
-        revision: indexed.entry.revision,
-        manifestDigest: indexed.entry.manifest,
+        model: verified.manifest.name,
+        role: verified.manifest.role,
+        device,
+        revision: verified.manifest.revision,
+        manifestDigest: verified.digest,
         keyId: verified.keyId,
         manifest: verified.manifest,
-        artifacts,
-        activatedAt: indexed.entry.at,
-        journalLine: indexed.line
-      } satisfies ActiveModel
+        artifacts
+      } satisfies ModelRevision
     })
 
-  const findActive = (state: Journal.State, selector: Selector, device: string): Indexed | undefined => {
-    if ("model" in selector) return state.newest.get(Journal.key(selector.model, device))
-    let found: Indexed | undefined
-    for (const indexed of state.newest.values()) {
-      if (indexed.entry.role === selector.role && indexed.entry.device === device && (found === undefined || indexed.line > found.line)) {
-        found = indexed
-      }
+  /** Verifies a stored manifest under today's trust and finds its artifacts. */
+  const describeManifest = (digest: Digest.Digest, device: string) =>
+    Effect.flatMap(manifests.readVerified(digest, trusted), (verified) => describeVerified(verified, device))
+
+  const unusableTags: ReadonlySet<string> = new Set<UnusableError["_tag"]>([
+    "ManifestMissing",
+    "ManifestTooLarge",
+    "ManifestUnsigned",
+    "UnknownKey",
+    "KeyNotAllowed",
+    "BadSignature",
+    "InvalidManifest",
+    "ArtifactMissing"
+  ])
+  const isUnusable = (e: { readonly _tag: string }): e is UnusableError => unusableTags.has(e._tag)
+
+  /** An activation described, or the refusal that makes it unusable; a fault of the store fails. */
+  const tryDescribe = (indexed: Indexed): Effect.Effect<Either.Either<ActiveModel, UnusableError>, StoreFault> =>
+    describeManifest(indexed.entry.manifest, indexed.entry.device).pipe(
+      Effect.map((model): Either.Either<ActiveModel, UnusableError> =>
+        Either.right({ ...model, activatedAt: indexed.entry.at, journalLine: indexed.line })
+      ),
+      Effect.catchIf(isUnusable, (e) => Effect.succeed(Either.left(e)))
+    )
+
+  const passedOver = (indexed: Indexed, error: UnusableError): PassedOver => ({
+    model: indexed.entry.model,
+    role: indexed.entry.role,
+    device: indexed.entry.device,
+    revision: indexed.entry.revision,
+    manifestDigest: indexed.entry.manifest,
+    journalLine: indexed.line,
+    error: error._tag,
+    reason: error.message
+  })
+
+  /** The journal's activations for a selector on a device, newest first, each manifest once. */
+  const activationsOf = (state: Journal.State, selector: Selector, device: string): Array<Indexed> => {
+    const seen = new Set<string>()
+    const found: Array<Indexed> = []
+    for (let i = state.entries.length - 1; i >= 0; i--) {
+      const indexed = state.entries[i]!
+      const { entry } = indexed
+      if (entry.device !== device || seen.has(entry.manifest)) continue
+      if ("model" in selector ? entry.model !== selector.model : entry.role !== selector.role) continue
+      seen.add(entry.manifest)
+      found.push(indexed)
     }
     return found
   }
-  type Indexed = Journal.Indexed
+
+  /** The newest usable activation for a selector, and the newer ones passed over on the way. */
+  const firstUsable = (state: Journal.State, selector: Selector, device: string) =>
+    Effect.gen(function*() {
+      const skipped: Array<{ readonly indexed: Indexed; readonly error: UnusableError }> = []
+      for (const indexed of activationsOf(state, selector, device)) {
+        const described = yield* tryDescribe(indexed)
+        if (Either.isRight(described)) return { found: Option.some(described.right), skipped }
+        skipped.push({ indexed, error: described.left })
+      }
+      return { found: Option.none<ActiveModel>(), skipped }
+    })
+
+  const warnPassedOver = (skipped: ReadonlyArray<{ readonly indexed: Indexed; readonly error: UnusableError }>) =>
+    Effect.forEach(skipped, ({ error, indexed }) =>
+      Effect.logWarning("store: activation passed over").pipe(
+        Effect.annotateLogs({
+          service: "Store",
+          model: indexed.entry.model,
+          revision: indexed.entry.revision,
+          manifest: indexed.entry.manifest,
+          journalLine: indexed.line,
+          reason: error.message
+        })
+      ), { discard: true })
 
   const active = Effect.fn("Store.active")(function*(selector: Selector, device?: string) {
     const dev = device ?? config.device
     const state = yield* withLock(journal.read)
-    const found = findActive(state, selector, dev)
-    if (found === undefined) {
-      return yield* Effect.fail(
-        new NotActive({ selector: "model" in selector ? `model:${selector.model}` : `role:${selector.role}`, device: dev })
+    const { found, skipped } = yield* firstUsable(state, selector, dev)
+    yield* warnPassedOver(skipped)
+    if (Option.isSome(found)) return found.value
+    const newest = skipped[0]
+    if (newest !== undefined) return yield* Effect.fail(newest.error)
+    return yield* Effect.fail(
+      new NotActive({ selector: "model" in selector ? `model:${selector.model}` : `role:${selector.role}`, device: dev })
+    )
+  })
+
+  /**
+   * The seed's manifests, each verified under today's trust (its key, scoped to its models); none
+   * when the seed cannot be read (it is a last resort, not a requirement).
+   */
+  const seedManifests = Effect.flatMap(Seed.manifestFiles(config.seed.dir), (files) =>
+    Effect.forEach(files, (file) => Effect.map(Seed.readManifest(file, config.maxManifestBytes), readSigned))).pipe(
+      Effect.catchAll((e) =>
+        Effect.as(
+          Effect.logWarning("store: the seed cannot be read").pipe(Effect.annotateLogs({ service: "Store", reason: e.message })),
+          []
+        )
       )
+    )
+
+  const candidates = Effect.fn("Store.candidates")(function*(role: Role, device?: string) {
+    const dev = device ?? config.device
+    const state = yield* withLock(journal.read)
+    const result: Array<Candidate> = []
+    for (const indexed of activationsOf(state, { role }, dev)) {
+      const described = yield* tryDescribe(indexed)
+      result.push(Either.isRight(described) ? Either.right(described.right) : Either.left(passedOver(indexed, described.left)))
     }
-    return yield* describeActive(found)
+    // A seed manifest whose activation was passed over (the seed was re-signed) is a candidate again.
+    const named = new Set(result.flatMap((c) => Either.isRight(c) ? [c.right.manifestDigest] : []))
+    for (const seed of yield* seedManifests) {
+      if (Either.isLeft(seed)) continue
+      const { digest, manifest } = seed.right
+      if (manifest.role !== role || named.has(digest)) continue
+      // The seed's artifacts are in the store once importSeed has run; without them it is no candidate.
+      const described = yield* describeVerified(seed.right, dev).pipe(
+        Effect.map(Option.some),
+        Effect.catchTag("ArtifactMissing", () => Effect.succeed(Option.none()))
+      )
+      if (Option.isSome(described)) result.push(Either.right({ ...described.value, journalLine: undefined }))
+    }
+    return result
   })
 
   // --- leases -----------------------------------------------------------------------------
@@ -578,6 +815,28 @@ export const make: Effect.Effect<
 
   // --- reaping ----------------------------------------------------------------------------
 
+  /** Per (model, device), the newest usable activation, and the newer ones passed over. */
+  const activePerModel = (state: Journal.State) =>
+    Effect.gen(function*() {
+      const activeModels: Array<ActiveModel> = []
+      const skipped: Array<PassedOver> = []
+      for (const newest of state.newest.values()) {
+        const { entry } = newest
+        const { found, skipped: newer } = yield* firstUsable(state, { model: entry.model }, entry.device)
+        if (Option.isSome(found)) activeModels.push(found.value)
+        skipped.push(...newer.map(({ error, indexed }) => passedOver(indexed, error)))
+      }
+      return {
+        active: activeModels.sort((a, b) => a.journalLine - b.journalLine),
+        passedOver: skipped.sort((a, b) => a.journalLine - b.journalLine)
+      }
+    })
+
+  /**
+   * The artifacts reaping keeps: those of each model's newest activation, read without checking
+   * signatures (a key removed from the configuration never makes them look unreferenced), and
+   * those of each model's newest usable activation (what runs when the newest is passed over).
+   */
   const referencedBy = (state: Journal.State) =>
     Effect.gen(function*() {
       const referenced = new Set<string>()
@@ -585,7 +844,9 @@ export const make: Effect.Effect<
         const manifest = yield* manifests.readReferenced(indexed.entry.manifest)
         for (const artifact of manifest.artifacts) referenced.add(artifact.digest)
       }
-      return referenced
+      const models = yield* activePerModel(state)
+      for (const model of models.active) for (const artifact of model.artifacts) referenced.add(artifact.digest)
+      return { referenced, models }
     })
 
   const reap = Effect.fn("Store.reap")(function*(options?: { readonly grace?: Duration.DurationInput }) {
@@ -593,7 +854,7 @@ export const make: Effect.Effect<
     const now = yield* Clock.currentTimeMillis
     return yield* withLock(Effect.gen(function*() {
       const state = yield* journal.read
-      const referenced = yield* referencedBy(state)
+      const { referenced } = yield* referencedBy(state)
       const scan = yield* leases.scan
       const removed: Array<Digest.Digest> = []
       const kept: Array<Digest.Digest> = []
@@ -621,17 +882,14 @@ export const make: Effect.Effect<
   // --- listing ----------------------------------------------------------------------------
 
   const list = Effect.gen(function*() {
-    const { referenced, scan, state } = yield* withLock(Effect.gen(function*() {
-      const state = yield* journal.read
-      return { state, referenced: yield* referencedBy(state), scan: yield* leases.scan }
+    const { models, referenced, scan } = yield* withLock(Effect.gen(function*() {
+      const { models, referenced } = yield* referencedBy(yield* journal.read)
+      return { models, referenced, scan: yield* leases.scan }
     }))
-    const activeModels: Array<ActiveModel> = []
-    for (const indexed of [...state.newest.values()].sort((a, b) => a.line - b.line)) {
-      activeModels.push(yield* describeActive(indexed))
-    }
     const all = yield* blobs.list
     return {
-      active: activeModels,
+      active: models.active,
+      passedOver: models.passedOver,
       blobs: all.map(({ digest, stat }) => ({
         digest,
         size: Number(stat.size),
@@ -668,24 +926,44 @@ export const make: Effect.Effect<
       )
     })
 
-  const importSeed = Effect.gen(function*() {
-    const files = yield* Seed.manifestFiles(config.seed.dir)
-    const models: Array<Activation> = []
-    for (const file of files) {
-      const bytes = yield* Effect.scoped(Effect.gen(function*() {
-        const opened = yield* SafePath.openSource(file)
-        return yield* Manifests.readLimited(opened, config.maxManifestBytes)
-      })).pipe(Fs.orStoreError)
-      const verified = yield* readSigned(bytes)
-      const result = yield* Effect.scoped(Effect.gen(function*() {
-        for (const artifact of verified.manifest.artifacts) {
-          yield* importSeedArtifact(artifact.digest, artifact.size, verified.manifest.name)
-        }
-        return yield* activate(bytes)
-      }))
-      models.push(result)
+  /**
+   * Why a seed manifest stays staged: its role has (on the default device) an activation of
+   * another model: the user's choice, which a package upgrade must not replace.
+   */
+  const seedHeldBack = (manifest: Manifest) => (state: Journal.State): string | undefined => {
+    for (let i = state.entries.length - 1; i >= 0; i--) {
+      const { entry, line } = state.entries[i]!
+      if (entry.role === manifest.role && entry.device === config.device && entry.model !== manifest.name) {
+        return `${manifest.role} has an activation of ${entry.model} (revision ${entry.revision}, journal line ${line})`
+      }
     }
-    return { models } satisfies SeedReport
+    return undefined
+  }
+
+  const importSeed = Effect.gen(function*() {
+    const models: Array<Activation> = []
+    const staged: Array<SeedReport["staged"][number]> = []
+    for (const file of yield* Seed.manifestFiles(config.seed.dir)) {
+      const verified = yield* readSigned(yield* Seed.readManifest(file, config.maxManifestBytes))
+      const manifest = verified.manifest
+      const result = yield* Effect.scoped(Effect.gen(function*() {
+        for (const artifact of manifest.artifacts) {
+          yield* importSeedArtifact(artifact.digest, artifact.size, manifest.name)
+        }
+        return yield* activateVerified(verified, config.device, false, seedHeldBack(manifest)).pipe(
+          Effect.catchTag("RollbackRefused", (e): Effect.Effect<Either.Either<Activation, string>> => Effect.succeed(Either.left(e.message)))
+        )
+      }))
+      if (Either.isRight(result)) {
+        models.push(result.right)
+        continue
+      }
+      staged.push({ model: manifest.name, role: manifest.role, revision: manifest.revision, manifestDigest: verified.digest, reason: result.left })
+      yield* Effect.logInfo("store: seed staged, not activated").pipe(
+        Effect.annotateLogs({ service: "Store", model: manifest.name, revision: manifest.revision, reason: result.left })
+      )
+    }
+    return { models, staged } satisfies SeedReport
   }).pipe(Effect.withSpan("Store.importSeed"))
 
   return Store.of({
@@ -696,6 +974,7 @@ export const make: Effect.Effect<
     verify,
     activate,
     active,
+    candidates,
     list,
     lease,
     reap,
@@ -708,8 +987,8 @@ export const layer: Layer.Layer<Store, UnsafePath | StoreIoError | InvalidKey | 
   Layer.scoped(Store, make)
 
 /**
- * The store, with the configured seed imported and activated before the layer is ready (the
- * runtime then works out of the box; cheap when the seed is already active).
+ * The store, with the configured seed imported (activated where its role has no other model)
+ * before the layer is ready; cheap when the seed is already active. Fails when the seed fails.
  */
 export const layerSeeded: Layer.Layer<Store, UnsafePath | StoreIoError | InvalidKey | JournalCorrupt | SeedError, StoreConfig> =
   Layer.scoped(Store, Effect.tap(make, (store) => store.importSeed))

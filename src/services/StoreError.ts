@@ -105,6 +105,34 @@ export class InvalidManifest extends Schema.TaggedError<InvalidManifest>()("Inva
   }
 }
 
+/**
+ * A key trusted only for some models (the seed's key: the seed's own names and roles) signed a
+ * manifest for another model or role.
+ */
+export class KeyNotAllowed extends Schema.TaggedError<KeyNotAllowed>()("KeyNotAllowed", {
+  keyId: Schema.String,
+  model: Schema.String,
+  role: Schema.String,
+  /** What the key may sign, as `name (role)` entries. */
+  allowed: Schema.Array(Schema.String)
+}) {
+  override get message() {
+    return `key ${this.keyId} may sign only ${this.allowed.join(", ") || "nothing"}; refusing ${this.model} (${this.role})`
+  }
+}
+
+/** An artifact declared as a GGUF model is not one llama.cpp could load (checked before activation). */
+export class InvalidModelFile extends Schema.TaggedError<InvalidModelFile>()("InvalidModelFile", {
+  digest: Schema.String,
+  reason: Schema.String,
+  /** Byte offset in the file where the reader stopped. */
+  offset: Schema.Number
+}) {
+  override get message() {
+    return `artifact ${this.digest} is not a loadable GGUF model: ${this.reason} (at byte ${this.offset})`
+  }
+}
+
 /** The manifest's expiry has passed. */
 export class ManifestExpired extends Schema.TaggedError<ManifestExpired>()("ManifestExpired", {
   model: Schema.String,
@@ -227,8 +255,10 @@ export const StoreError = Schema.Union(
   UnsafePath,
   ManifestUnsigned,
   UnknownKey,
+  KeyNotAllowed,
   BadSignature,
   InvalidManifest,
+  InvalidModelFile,
   ManifestExpired,
   RollbackRefused,
   ManifestTooLarge,
@@ -243,7 +273,7 @@ export const StoreError = Schema.Union(
 export type StoreError = typeof StoreError.Type
 
 /** Refusals of a signed manifest (before any artifact is looked at). */
-export type TrustError = ManifestTooLarge | ManifestUnsigned | UnknownKey | BadSignature | InvalidManifest
+export type TrustError = ManifestTooLarge | ManifestUnsigned | UnknownKey | KeyNotAllowed | BadSignature | InvalidManifest
 
 /** Failures of reading or writing one artifact. */
 export type BlobError =

@@ -229,6 +229,7 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       assert.include(imported.stderr, `staged ${pinnedDigests.small}`)
       assert.match(imported.stdout, /^activated my-small revision 1 \(generation\) on cpu: manifest sha256:[0-9a-f]{64}, signed by ed25519:/)
       const list = yield* run(["store", "list"], { env: home.env })
+      assert.strictEqual(list.stderr, `store: through the server on ${Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock")}\n`)
       assert.match(list.stdout, /^generation {2}my-small\s+1\s+cpu\s/m)
       assert.include(list.stdout, pinnedDigests.small)
       const listJson = JSON.parse((yield* run(["store", "list", "--json"], { env: home.env })).stdout) as {
@@ -269,11 +270,11 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
 })
 
 describe("nativegen without a server", () => {
-  it.scoped("client commands fail with one line naming the socket", () =>
+  it.scoped("client commands fail with one line naming the socket (the store's work directly: test/cli/store.test.ts)", () =>
     Effect.gen(function*() {
       const home = yield* makeHome
       const socket = Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock")
-      for (const args of [["status"], ["chat", "hi"], ["decide", "-p", "x", "--head", "a=b,c"], ["store", "list"]]) {
+      for (const args of [["status"], ["chat", "hi"], ["decide", "-p", "x", "--head", "a=b,c"], ["store", "import", "-m", "package.json", "package.json"]]) {
         const result = yield* run(args, { env: home.env })
         assert.strictEqual(result.code, 1, args.join(" "))
         assert.strictEqual(

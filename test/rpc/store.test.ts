@@ -98,7 +98,7 @@ describe("store over RPC", () => {
       const error = yield* Effect.flip(collect(store.import({ manifest: model.manifest, path: model.path })))
       assert.instanceOf(error, DigestMismatch)
       assert.strictEqual(error.expected, model.digest)
-      assert.deepStrictEqual(yield* store.list, { active: [], blobs: [] })
+      assert.deepStrictEqual(yield* store.list, { active: [], passedOver: [], blobs: [] })
     }))
 
   it.scoped("a relative path is refused", () =>

@@ -3,6 +3,10 @@
  * one `<model>.manifest.json` signed envelope per seed model. The model bytes are not shipped:
  * they are produced by the deterministic generator in `fixtures/models.ts` and must hash to the
  * signed digests, so a tampered generator or manifest fails closed.
+ *
+ * The seed's key is trusted only for the seed's own models: its scope is the name and role of
+ * each seed manifest that verifies under it and is named after its model (`<name>.manifest.json`),
+ * so a leaked seed key cannot sign anything else a default install accepts.
  */
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
@@ -10,6 +14,9 @@ import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { generateModel, modelSpecs, projectRoot } from "../../../fixtures/models.js"
 import { InvalidKey, StoreIoError } from "../StoreError.js"
+import * as StoreFs from "./Fs.js"
+import * as Manifests from "./Manifests.js"
+import * as SafePath from "./SafePath.js"
 import * as Signing from "./Signing.js"
 
 /** Where a seed comes from. */
@@ -54,4 +61,31 @@ export const manifestFiles = (dir: string) =>
   Effect.try({
     try: () => Fs.readdirSync(dir).filter((name) => name.endsWith(manifestSuffix)).sort().map((name) => Path.join(dir, name)),
     catch: (cause) => new StoreIoError({ operation: "list seed", path: dir, cause })
+  })
+
+/** Reads a seed manifest file (size-checked before parsing) through a checked descriptor. */
+export const readManifest = (file: string, maxBytes: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const opened = yield* SafePath.openSource(file)
+    return yield* Manifests.readLimited(opened, maxBytes)
+  })).pipe(StoreFs.orStoreError)
+
+/**
+ * The seed's key, scoped to the models of the seed's manifests that verify under it (a manifest
+ * that does not verify adds nothing: importing it fails later with its own error).
+ */
+export const scopedKey = (dir: string, maxBytes: number) =>
+  Effect.gen(function*() {
+    const key = yield* readKey(dir)
+    const unscoped = new Map([[key.keyId, key]])
+    const scope: Array<Signing.KeyScope> = []
+    for (const file of yield* manifestFiles(dir)) {
+      const bytes = yield* Effect.either(readManifest(file, maxBytes))
+      if (Either.isLeft(bytes)) continue
+      const verified = Signing.readEnvelope(bytes.right, unscoped, maxBytes)
+      if (Either.isLeft(verified)) continue
+      const { name, role } = verified.right.manifest
+      if (Path.basename(file) === `${name}${manifestSuffix}`) scope.push({ name, role })
+    }
+    return { ...key, scope } satisfies Signing.TrustedKey
   })

@@ -15,17 +15,29 @@ import {
   BadSignature,
   InvalidKey,
   InvalidManifest,
+  KeyNotAllowed,
   ManifestTooLarge,
   ManifestUnsigned,
   UnknownKey
 } from "../StoreError.js"
 import * as Fs from "./Fs.js"
 
+/** A model a scoped key may sign: its name and role. */
+export interface KeyScope {
+  readonly name: string
+  readonly role: Manifest.Role
+}
+
 /** A public key the store trusts, with its id. */
 export interface TrustedKey {
   readonly keyId: Manifest.KeyId
   readonly publicKey: Crypto.KeyObject
+  /** When present, the only models (name and role) this key may sign; absent: any model. */
+  readonly scope?: ReadonlyArray<KeyScope> | undefined
 }
+
+/** `name (role)` for each model a scope allows. */
+export const describeScope = (scope: ReadonlyArray<KeyScope>): ReadonlyArray<string> => scope.map((s) => `${s.name} (${s.role})`)
 
 /** The key id of a public key: `ed25519:` + 16 hex of sha256(SPKI DER). */
 export const keyIdOf = (publicKey: Crypto.KeyObject): Manifest.KeyId =>
@@ -81,7 +93,7 @@ export interface Verified {
   readonly envelope: Buffer
 }
 
-export type ReadError = ManifestTooLarge | ManifestUnsigned | UnknownKey | BadSignature | InvalidManifest
+export type ReadError = ManifestTooLarge | ManifestUnsigned | UnknownKey | KeyNotAllowed | BadSignature | InvalidManifest
 
 const isRecord = (u: unknown): u is Record<string, unknown> => typeof u === "object" && u !== null && !Array.isArray(u)
 
@@ -94,7 +106,8 @@ const utf8 = new TextDecoder("utf-8", { fatal: true })
 
 /**
  * Reads and verifies a signed manifest envelope. `trusted` maps key ids to keys. Nothing in the
- * manifest is interpreted before its signature verified.
+ * manifest is interpreted before its signature verified; a scoped key's manifest must then name
+ * a model and role of its scope (`KeyNotAllowed`).
  */
 export const readEnvelope = (
   bytes: Uint8Array,
@@ -139,6 +152,10 @@ export const readEnvelope = (
   const decoded = Manifest.decodeManifest(parsed.manifest)
   if (Either.isLeft(decoded)) {
     return Either.left(new InvalidManifest({ reason: ParseResult.TreeFormatter.formatErrorSync(decoded.left) }))
+  }
+  const { name, role } = decoded.right
+  if (key.scope !== undefined && !key.scope.some((s) => s.name === name && s.role === role)) {
+    return Either.left(new KeyNotAllowed({ keyId, model: name, role, allowed: describeScope(key.scope) }))
   }
   const envelope = Buffer.from(Manifest.canonicalJson({ keyId, manifest: parsed.manifest, signature: parsed.signature }), "utf8")
   return Either.right({ manifest: decoded.right, keyId, digest: Manifest.digestOfEncoded(parsed.manifest), envelope })
