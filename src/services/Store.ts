@@ -53,6 +53,7 @@ import {
   type UnsafePath
 } from "./StoreError.js"
 import * as Blobs from "./store/Blobs.js"
+import * as Dir from "./store/Dir.js"
 import * as Fs from "./store/Fs.js"
 import * as Journal from "./store/Journal.js"
 import * as Leases from "./store/Leases.js"
@@ -917,12 +918,15 @@ export const make: Effect.Effect<
         )
         if (leased) return
       }
-      const dir = yield* Fs.orStoreError(SafePath.ensureDir(root, [Blobs.stagingDir], true))
-      const temp = Path.join(dir, `${owner}.${Crypto.randomBytes(6).toString("hex")}.seed`)
+      // Written and removed through the opened staging directory, never by a path that a swapped
+      // directory could redirect outside the store.
+      const staging = yield* Fs.orStoreError(Dir.open(root, [Blobs.stagingDir], true))
+      const name = `${owner}.${Crypto.randomBytes(6).toString("hex")}.seed`
+      const temp = Dir.at(staging, name)
       yield* Effect.acquireUseRelease(
         Effect.as(config.seed.materialize(model, temp), temp),
         () => stageLeased(temp, digest, size),
-        () => Effect.ignore(Fs.unlink(temp))
+        () => Effect.ignore(Dir.unlink(staging, name))
       )
     })
 

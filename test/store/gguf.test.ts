@@ -13,6 +13,7 @@ import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { ensureModel } from "../../fixtures/models.js"
 import { writeGguf } from "../../fixtures/gguf.js"
+import { constantValues } from "../../fixtures/random.js"
 import * as GgufHeader from "../../src/domain/GgufHeader.js"
 import { Artifact, ggufMediaType, Manifest } from "../../src/domain/Manifest.js"
 import { envelope, makeKey, makeStore, sha256, tempDir } from "./helpers.js"
@@ -34,8 +35,8 @@ const smallGguf = (dir: string, options: { readonly architecture?: string | unde
       ["tokenizer.ggml.tokens", { type: "string[]", value: ["a", "b", "c"] }]
     ],
     [
-      { name: "a.weight", dims: [8, 2], type: "f32", fill: (out) => out.fill(1) },
-      { name: "b.weight", dims: [4], type: "f16", fill: (out) => out.fill(0.5) }
+      { name: "a.weight", dims: [8, 2], type: "f32", data: constantValues(1) },
+      { name: "b.weight", dims: [4], type: "f16", data: constantValues(0.5) }
     ]
   )
   return Fs.readFileSync(path)
