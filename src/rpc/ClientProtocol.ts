@@ -43,6 +43,8 @@ export interface OpenFailure {
 /** A request written on a connection: its line until the server answers it. */
 interface Sent {
   line: string | undefined
+  /** When it stops waiting for a connection that answers, if it waited for this one. */
+  readonly deadline: number | undefined
 }
 
 interface Live {
@@ -103,17 +105,21 @@ export const make = (
 
     const respond = (message: FromServerEncoded) => void Queue.unsafeOffer(responses, message)
 
-    const wait = (requestId: string, line: string) => {
-      waiting.set(requestId, { line, deadline: clock.unsafeCurrentTimeMillis() + reconnectMillis })
+    const wait = (requestId: string, line: string, deadline = clock.unsafeCurrentTimeMillis() + reconnectMillis) => {
+      waiting.set(requestId, { line, deadline })
       Queue.unsafeOffer(wanted, undefined)
     }
 
-    const write = (connection: Live, requestId: string, line: string) => {
-      connection.sent.set(requestId, { line })
+    const write = (connection: Live, requestId: string, line: string, deadline?: number) => {
+      connection.sent.set(requestId, { line, deadline })
       connection.socket.write(line)
     }
 
-    /** Ends `connection`: answered calls fail, unanswered ones wait for the next connection. */
+    /**
+     * Ends `connection`: answered calls fail, unanswered ones wait for the next connection. A call
+     * keeps its deadline across connections that answered nothing (a server that keeps closing
+     * them cannot make it wait for ever); one that answered something restarts it.
+     */
     const lose = (connection: Live, why: RpcLayerError) => {
       if (live !== connection) return
       live = undefined
@@ -128,7 +134,7 @@ export const make = (
             new ConnectionFailed({ socketPath, reason: `${reason} (after part of the answer; it is not repeated)` })
           ))
         } else {
-          wait(requestId, sent.line)
+          wait(requestId, sent.line, connection.answered ? undefined : sent.deadline)
         }
       }
       connection.sent.clear()
@@ -188,7 +194,7 @@ export const make = (
       })
       socket.on("error", (cause) => lose(connection, new ConnectionFailed({ socketPath, reason: cause.message })))
       socket.on("close", () => lose(connection, new ConnectionFailed({ socketPath, reason: "the server closed the connection" })))
-      for (const [requestId, { line }] of waiting) write(connection, requestId, line)
+      for (const [requestId, { deadline, line }] of waiting) write(connection, requestId, line, deadline)
       waiting.clear()
     }
 

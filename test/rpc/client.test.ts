@@ -38,6 +38,46 @@ const freshSocket = Effect.map(tempDir, (dir) => {
   return Path.join(dir, "run", "nativegen.sock")
 })
 
+/**
+ * A stand-in server on `socketPath` (to cause what a real one does only when it dies): answers
+ * Readiness, and the n-th Count (1-based, over all connections) with `onCount(n)`'s value, or
+ * drops that connection unanswered. Returns the connection number of each Count, as they come.
+ */
+const fakeServer = (socketPath: string, onCount: (n: number) => unknown | "drop") =>
+  Effect.gen(function*() {
+    const counts: Array<number> = []
+    let connections = 0
+    const encodeReadiness = Schema.encodeSync(Readiness)
+    const fake = Net.createServer((socket) => {
+      const connection = ++connections
+      let partial = ""
+      socket.setEncoding("utf8")
+      socket.on("error", () => {})
+      socket.on("data", (data: string) => {
+        const lines = (partial + data).split("\n")
+        partial = lines.pop()!
+        for (const line of lines) {
+          const message = JSON.parse(line) as { _tag: string; id: string; tag: string }
+          if (message._tag !== "Request") continue
+          const answer = (value: unknown) =>
+            socket.write(JSON.stringify({ _tag: "Exit", requestId: message.id, exit: { _tag: "Success", value } }) + "\n")
+          if (message.tag === "Readiness") answer(encodeReadiness(TestProvider.readiness("ready")))
+          if (message.tag === "Count") {
+            counts.push(connection)
+            const value = onCount(counts.length)
+            if (value === "drop") socket.destroy()
+            else answer(value)
+          }
+        }
+      })
+    })
+    yield* Effect.acquireRelease(
+      Effect.async<void>((resume) => void fake.listen(socketPath, () => resume(Effect.void))),
+      () => Effect.async<void>((resume) => void fake.close(() => resume(Effect.void)))
+    )
+    return counts
+  })
+
 describe("the client across a lost connection", () => {
   it.live("a call made while the server is away waits, and goes through once a server listens on the socket again", () =>
     Effect.gen(function*() {
@@ -83,38 +123,24 @@ describe("the client across a lost connection", () => {
   it.live("a call the server had not answered when the connection dropped is sent again on the next connection", () =>
     Effect.gen(function*() {
       const socketPath = yield* freshSocket
-      // A server that drops the first connection on which a Count arrives, unanswered, and
-      // answers on the next: what a server that dies (or closes for a limit) before answering does.
-      const counts: Array<number> = []
-      let connections = 0
-      const encodeReadiness = Schema.encodeSync(Readiness)
-      const fake = Net.createServer((socket) => {
-        const connection = ++connections
-        let partial = ""
-        socket.setEncoding("utf8")
-        socket.on("data", (data: string) => {
-          const lines = (partial + data).split("\n")
-          partial = lines.pop()!
-          for (const line of lines) {
-            const message = JSON.parse(line) as { _tag: string; id: string; tag: string }
-            if (message._tag !== "Request") continue
-            const answer = (value: unknown) =>
-              socket.write(JSON.stringify({ _tag: "Exit", requestId: message.id, exit: { _tag: "Success", value } }) + "\n")
-            if (message.tag === "Readiness") answer(encodeReadiness(TestProvider.readiness("ready")))
-            if (message.tag === "Count") {
-              counts.push(connection)
-              if (counts.length === 1) socket.destroy()
-              else answer({ role: "generation", tokens: 7, admittedContext: 64 })
-            }
-          }
-        })
-      })
-      yield* Effect.acquireRelease(
-        Effect.async<void>((resume) => void fake.listen(socketPath, () => resume(Effect.void))),
-        () => Effect.async<void>((resume) => void fake.close(() => resume(Effect.void)))
-      )
+      // Drops the first connection on which a Count arrives, unanswered, and answers on the next:
+      // what a server that dies (or closes for a limit) before answering does.
+      const counts = yield* fakeServer(socketPath, (n) => n === 1 ? "drop" : { role: "generation", tokens: 7, admittedContext: 64 })
       const { provider } = yield* connectWaiting(socketPath, "10 seconds")
       assert.strictEqual((yield* provider.count({ text: "x" })).tokens, 7)
       assert.deepStrictEqual(counts, [1, 2])
+    }).pipe(Effect.scoped))
+
+  it.live("a server that keeps dropping a call unanswered cannot make it wait past the reconnect timeout", () =>
+    Effect.gen(function*() {
+      const socketPath = yield* freshSocket
+      const counts = yield* fakeServer(socketPath, () => "drop")
+      const { provider } = yield* connectWaiting(socketPath, "2 seconds")
+      const started = Date.now()
+      const error = yield* Effect.flip(provider.count({ text: "x" }))
+      assert.instanceOf(error, EngineUnavailable)
+      assert.include(error.reason, "the server closed the connection")
+      assert.isBelow(Date.now() - started, 10_000)
+      assert.isAbove(counts.length, 1)
     }).pipe(Effect.scoped))
 })
