@@ -10,6 +10,7 @@ import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import * as NodeSocketServer from "@effect/platform-node/NodeSocketServer"
 import * as SocketServer from "@effect/platform/SocketServer"
 import * as RpcServer from "@effect/rpc/RpcServer"
+import * as Config from "effect/Config"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -70,6 +71,38 @@ export const defaults: ServerOptions = {
   idleTimeout: Duration.minutes(5),
   ackTimeout: Duration.seconds(60)
 }
+
+/** The options other than the socket from NATIVEGEN_SERVER_* (the environment by default), else `defaults`. */
+export const config: Config.Config<Omit<ServerOptions, "socketPath">> = Config.all({
+  maxMessageBytes: Config.integer("NATIVEGEN_SERVER_MAX_MESSAGE_BYTES").pipe(
+    Config.withDefault(defaults.maxMessageBytes),
+    Config.withDescription("largest request in bytes (JSON-encoded)")
+  ),
+  maxConnections: Config.integer("NATIVEGEN_SERVER_MAX_CONNECTIONS").pipe(
+    Config.withDefault(defaults.maxConnections),
+    Config.withDescription("connections served at once")
+  ),
+  maxPendingConnections: Config.integer("NATIVEGEN_SERVER_MAX_PENDING_CONNECTIONS").pipe(
+    Config.withDefault(defaults.maxPendingConnections),
+    Config.withDescription("connections that have not sent their first request")
+  ),
+  maxInFlightPerConnection: Config.integer("NATIVEGEN_SERVER_MAX_IN_FLIGHT_PER_CONNECTION").pipe(
+    Config.withDefault(defaults.maxInFlightPerConnection),
+    Config.withDescription("requests in flight on one connection")
+  ),
+  firstMessageTimeout: Config.duration("NATIVEGEN_SERVER_FIRST_MESSAGE_TIMEOUT").pipe(
+    Config.withDefault(defaults.firstMessageTimeout),
+    Config.withDescription("how long a new connection may take to send its first request")
+  ),
+  idleTimeout: Config.duration("NATIVEGEN_SERVER_IDLE_TIMEOUT").pipe(
+    Config.withDefault(defaults.idleTimeout),
+    Config.withDescription("how long a connection may stay without a request in flight")
+  ),
+  ackTimeout: Config.duration("NATIVEGEN_SERVER_ACK_TIMEOUT").pipe(
+    Config.withDefault(defaults.ackTimeout),
+    Config.withDescription("how long a stream waits for its client to take a chunk")
+  )
+})
 
 /** How long closing waits for connections to drain before destroying them. */
 const closeGrace = "2 seconds"

@@ -7,6 +7,7 @@
  * timers run on the Effect clock: TestClock moves them.
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -17,6 +18,7 @@ import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { TooManyConnections } from "../../src/rpc/RpcError.js"
+import * as Server from "../../src/rpc/Server.js"
 import { connect as rawConnect, type RawClient, request } from "./support/RawClient.js"
 import { connect, serve } from "./support/serve.js"
 import { done, text } from "./support/TestProvider.js"
@@ -181,5 +183,20 @@ describe("admitted connections", () => {
       yield* generation.offer({ _tag: "End" })
       assert.strictEqual((yield* Fiber.join(fiber)).length, 2)
       assert.isTrue(Exit.isSuccess(yield* Deferred.await(generation.ended)))
+    }))
+})
+
+describe("server config", () => {
+  it.effect("the limits come from NATIVEGEN_SERVER_*, each defaulting to the stated default (5 minutes idle, 10 s to the first request)", () =>
+    Effect.gen(function*() {
+      const { socketPath: _, ...defaults } = Server.defaults
+      assert.strictEqual(Duration.toMillis(defaults.idleTimeout), 5 * 60_000)
+      assert.strictEqual(Duration.toMillis(defaults.firstMessageTimeout), 10_000)
+      assert.deepStrictEqual(yield* Effect.withConfigProvider(Server.config, ConfigProvider.fromMap(new Map())), defaults)
+      const configured = yield* Effect.withConfigProvider(
+        Server.config,
+        ConfigProvider.fromMap(new Map([["NATIVEGEN_SERVER_IDLE_TIMEOUT", "10 minutes"], ["NATIVEGEN_SERVER_MAX_CONNECTIONS", "8"]]))
+      )
+      assert.deepStrictEqual(configured, { ...defaults, idleTimeout: Duration.minutes(10), maxConnections: 8 })
     }))
 })
