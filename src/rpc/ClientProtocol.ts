@@ -196,6 +196,7 @@ export const make = (
       socket.on("close", () => lose(connection, new ConnectionFailed({ socketPath, reason: "the server closed the connection" })))
       for (const [requestId, { deadline, line }] of waiting) write(connection, requestId, line, deadline)
       waiting.clear()
+      if (socket.destroyed) lose(connection, new ConnectionFailed({ socketPath, reason: "the connection closed as it opened" }))
     }
 
     const open = Effect.async<Net.Socket, OpenFailure>((resume) => {
@@ -207,6 +208,8 @@ export const make = (
       socket.once("error", onError)
       socket.once("connect", () => {
         socket.off("error", onError)
+        // Until `install` listens: an error in between must not go unhandled (install sees the socket destroyed).
+        socket.on("error", () => {})
         resume(Effect.succeed(socket))
       })
       return Effect.sync(() => void socket.destroy())

@@ -16,8 +16,8 @@
  *   `firstMessageTimeout`. Its first request *admits* it: at most `maxConnections` are admitted.
  *   When all are, the one idle longest (no request in flight) is closed to make room; when none is
  *   idle, the request fails with `TooManyConnections` and the connection is closed. An admitted
- *   connection with no request in flight for `idleTimeout` is closed. Pings are answered in
- *   every state and count for nothing.
+ *   connection with no request in flight for `idleTimeout` is closed. Pings are answered until a
+ *   connection is closing, and count for nothing.
  * - **Closing notices.** Before the server closes a connection for a limit it writes a notice: a
  *   `Defect` message whose defect is the encoded limit error (`TooManyPendingConnections`,
  *   `FirstMessageTimeout`, `IdleTimeout`, `TooManyConnections`, ...). A connection closed for a
