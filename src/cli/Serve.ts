@@ -174,7 +174,8 @@ export const serve = (settings: ServeSettings) =>
       `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ` +
         `${settings.threads} threads, ${options.store?.trustedKeys?.length ?? 0} trusted keys besides the seed's`
     )
-    const live = Server.layer({ ...Server.defaults, socketPath }).pipe(Layer.provideMerge(Runtime.layer(options)))
+    const serverOptions = yield* Server.config
+    const live = Server.layer({ ...serverOptions, socketPath }).pipe(Layer.provideMerge(Runtime.layer(options)))
     yield* Effect.gen(function*() {
       const provider = yield* Provider
       yield* Effect.logInfo(`listening on ${socketPath}`)

@@ -3,8 +3,8 @@
  * its changes) and the model store (list, import with progress, verify, activate, reap). Payloads
  * and results are the domain Schemas; the store's results get explicit wire Schemas here whose
  * types are exactly the Store's (digests and key ids stay branded, manifests stay `Manifest`).
- * Every RPC's error schema includes the RPC layer's own refusals (`RpcLimitError`), so the server
- * can refuse any single request with a typed error.
+ * Every RPC's error schema includes the RPC layer's own errors (`RpcLayerError`: the server's
+ * refusals, and the client's `ConnectionFailed`), so any single call can fail with a typed error.
  */
 import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcGroup from "@effect/rpc/RpcGroup"
@@ -25,7 +25,7 @@ import { KeyId, Manifest, Role } from "../domain/Manifest.js"
 import { ProviderError } from "../services/ProviderError.js"
 import type * as Store from "../services/Store.js"
 import { StoreError } from "../services/StoreError.js"
-import { RpcLimitError } from "./RpcError.js"
+import { RpcLayerError } from "./RpcError.js"
 
 // ---------------------------------------------------------------------------------------------
 // Store wire schemas
@@ -159,17 +159,17 @@ export type ImportEvent = typeof ImportEvent.Type
 // The group
 // ---------------------------------------------------------------------------------------------
 
-const InferenceError = Schema.Union(ProviderError, RpcLimitError)
-const StoreRpcError = Schema.Union(StoreError, RpcLimitError)
+const InferenceError = Schema.Union(ProviderError, RpcLayerError)
+const StoreRpcError = Schema.Union(StoreError, RpcLayerError)
 
 export class NativegenRpcs extends RpcGroup.make(
   Rpc.make("Generate", { payload: GenerateRequest, success: GenerateChunk, error: InferenceError, stream: true }),
   Rpc.make("Decide", { payload: DecideRequest, success: DecideResult, error: InferenceError }),
   Rpc.make("Prepare", { payload: PrepareRequest, success: PrepareResult, error: InferenceError }),
   Rpc.make("Count", { payload: CountRequest, success: CountResult, error: InferenceError }),
-  Rpc.make("Readiness", { success: Readiness, error: RpcLimitError }),
+  Rpc.make("Readiness", { success: Readiness, error: RpcLayerError }),
   /** The current readiness, then each change. */
-  Rpc.make("WatchReadiness", { success: Readiness, error: RpcLimitError, stream: true }),
+  Rpc.make("WatchReadiness", { success: Readiness, error: RpcLayerError, stream: true }),
   Rpc.make("StoreList", { success: Listing, error: StoreRpcError }),
   Rpc.make("StoreImport", { payload: ImportRequest, success: ImportEvent, error: StoreRpcError, stream: true }),
   Rpc.make("StoreVerify", { payload: { digest: Schema.String }, success: VerifiedBlob, error: StoreRpcError }),

@@ -5,21 +5,21 @@
  *
  * The remote Provider keeps the Provider's types: every ProviderError arrives as itself, and what
  * only a remote call can meet is mapped onto the nearest ProviderError, naming the socket:
- * a refused request (`TooManyConnections`, `TooManyRequests`) or a lost connection is
- * `EngineUnavailable`; a lost connection after a generation delivered tokens is `GenerationFailed`
- * (nothing is replayed); a request over the server's message limit is `InvalidRequest`. Readiness
- * cannot fail: an unreachable server reads as state `failed` with the reason. `RemoteStore` keeps
- * the RPC layer's own errors (`RpcLimitError`, `RemoteUnavailable`) next to the store's.
+ * a refusal of the RPC layer (`TooManyConnections`, `TooManyRequests`, a closing notice) or a
+ * failed connection is `EngineUnavailable`; a lost connection after a generation delivered tokens
+ * is `GenerationFailed` (nothing is replayed); a request over the server's message limits is
+ * `InvalidRequest`. Readiness cannot fail: an unreachable server reads as state `failed` with the
+ * reason. `RemoteStore` keeps the RPC layer's refusals (`RpcLimitError`) next to the store's
+ * errors, and a failed connection is `RemoteUnavailable`.
  *
- * Building the layer makes a first call (Readiness): no answer is a `ConnectError` with the
- * reason (no socket, nobody listening, permission denied). Interrupting a call interrupts it on
- * the server. The connection is re-established in the background after it drops (calls in
- * between fail with `EngineUnavailable`/`RemoteUnavailable`).
+ * Building the layer connects and makes a first call (Readiness): no answer is a `ConnectError`
+ * with the reason (no socket, nobody listening, permission denied). Interrupting a call
+ * interrupts it on the server. After the connection is lost (an idle close, a server restart),
+ * calls wait for a new one for at most `reconnectTimeout` and then go through (see
+ * `ClientProtocol`).
  */
-import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import * as RpcClient from "@effect/rpc/RpcClient"
 import type { RpcClientError } from "@effect/rpc/RpcClientError"
-import * as RpcSerialization from "@effect/rpc/RpcSerialization"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
@@ -34,7 +34,8 @@ import { InvalidRequest, type ProviderError } from "../services/ProviderError.js
 import type { StoreError } from "../services/StoreError.js"
 import type { Activation, ImportEvent, ImportRequest, Listing, ReapReport, VerifiedBlob } from "./Api.js"
 import { NativegenRpcs } from "./Api.js"
-import { ConnectError, RemoteUnavailable, type RpcLimitError } from "./RpcError.js"
+import * as ClientProtocol from "./ClientProtocol.js"
+import { ConnectError, RemoteUnavailable, type RpcLayerError, type RpcLimitError } from "./RpcError.js"
 
 export { ConnectError, RemoteUnavailable } from "./RpcError.js"
 
@@ -96,29 +97,44 @@ export const unreachable = (socketPath: string, reason: string): Readiness => ({
 /** The Provider over a client of `socketPath`. */
 export const makeProvider = (client: NativegenClient, socketPath: string): Provider["Type"] => {
   const unavailable = (reason: string) => new EngineUnavailable({ reason: `remote server ${socketPath}: ${reason}` })
-  const toProviderError = (error: ProviderError | RpcLimitError | RpcClientError): ProviderError => {
+  const toProviderError = (error: ProviderError | RpcLayerError | RpcClientError): ProviderError => {
     switch (error._tag) {
-      case "TooManyConnections":
-      case "TooManyRequests":
-        return unavailable(error.message)
       case "MessageTooLarge":
         return new InvalidRequest({
           field: "request",
           value: `of at least ${error.size} bytes encoded`,
           reason: `the server accepts messages of at most ${error.limit} bytes`
         })
+      case "MessageTooDeep":
+        return new InvalidRequest({
+          field: "request",
+          value: `nested more than ${error.limit} levels deep`,
+          reason: `the server accepts messages nested at most ${error.limit} levels deep`
+        })
+      case "TooManyConnections":
+      case "TooManyRequests":
+      case "TooManyPendingConnections":
+      case "FirstMessageTimeout":
+      case "IdleTimeout":
+      case "AckTimeout":
+        return unavailable(error.message)
+      case "ConnectionFailed":
+        return unavailable(error.reason)
       case "RpcClientError":
         return unavailable(describe(error))
       default:
         return error
     }
   }
-  const call = <A>(self: Effect.Effect<A, ProviderError | RpcLimitError | RpcClientError>) =>
+  const call = <A>(self: Effect.Effect<A, ProviderError | RpcLayerError | RpcClientError>) =>
     self.pipe(Effect.mapError(toProviderError), failInterruption(() => unavailable(serverInterrupted)))
 
-  const reasonOf = (cause: Cause.Cause<RpcLimitError | RpcClientError>): string => {
+  const reasonOf = (cause: Cause.Cause<RpcLayerError | RpcClientError>): string => {
     const failure = Cause.failureOption(cause)
-    if (failure._tag === "Some") return failure.value._tag === "RpcClientError" ? describe(failure.value) : failure.value.message
+    if (failure._tag === "Some") {
+      const error = failure.value
+      return error._tag === "RpcClientError" ? describe(error) : error._tag === "ConnectionFailed" ? error.reason : error.message
+    }
     return Cause.isInterruptedOnly(cause) ? serverInterrupted : Cause.pretty(cause)
   }
 
@@ -146,8 +162,11 @@ export const makeProvider = (client: NativegenClient, socketPath: string): Provi
         return client.Generate(request).pipe(
           Stream.tap((chunk) => Effect.sync(() => void (chunk._tag === "Text" && (delivered += chunk.tokens.length)))),
           Stream.mapError((error): ProviderError =>
-            error._tag === "RpcClientError" && delivered > 0
-              ? new GenerationFailed({ deliveredTokens: delivered, reason: `remote server ${socketPath}: ${describe(error)}` })
+            (error._tag === "RpcClientError" || error._tag === "ConnectionFailed") && delivered > 0
+              ? new GenerationFailed({
+                deliveredTokens: delivered,
+                reason: `remote server ${socketPath}: ${error._tag === "RpcClientError" ? describe(error) : error.reason}`
+              })
               : toProviderError(error)
           ),
           failStreamInterruption(() =>
@@ -173,10 +192,14 @@ export const makeProvider = (client: NativegenClient, socketPath: string): Provi
 
 /** The RemoteStore over a client of `socketPath`. */
 export const makeRemoteStore = (client: NativegenClient, socketPath: string): RemoteStore["Type"] => {
-  const toError = (error: StoreError | RpcLimitError | RpcClientError): RemoteStoreError =>
-    error._tag === "RpcClientError" ? new RemoteUnavailable({ socketPath, reason: describe(error) }) : error
+  const toError = (error: StoreError | RpcLayerError | RpcClientError): RemoteStoreError =>
+    error._tag === "RpcClientError"
+      ? new RemoteUnavailable({ socketPath, reason: describe(error) })
+      : error._tag === "ConnectionFailed"
+      ? new RemoteUnavailable({ socketPath, reason: error.reason })
+      : error
   const interrupted = () => new RemoteUnavailable({ socketPath, reason: serverInterrupted })
-  const call = <A>(self: Effect.Effect<A, StoreError | RpcLimitError | RpcClientError>) =>
+  const call = <A>(self: Effect.Effect<A, StoreError | RpcLayerError | RpcClientError>) =>
     self.pipe(Effect.mapError(toError), failInterruption(interrupted))
   return RemoteStore.of({
     socketPath,
@@ -189,48 +212,49 @@ export const makeRemoteStore = (client: NativegenClient, socketPath: string): Re
   })
 }
 
-/** The errno code somewhere in a chain of causes. */
-const codeIn = (u: unknown, depth = 0): string | undefined => {
-  if (typeof u !== "object" || u === null || depth > 4) return undefined
-  if ("code" in u && typeof u.code === "string") return u.code
-  return "cause" in u ? codeIn(u.cause, depth + 1) : undefined
+export interface ClientOptions {
+  /** The server's socket. */
+  readonly socketPath: string
+  /**
+   * How long a call made while the connection is down (the server restarting, an idle connection
+   * closed) waits for a new one before it fails with `EngineUnavailable`/`RemoteUnavailable`
+   * naming the socket. Default 30 seconds.
+   */
+  readonly reconnectTimeout?: Duration.DurationInput | undefined
 }
 
-const connectReason = (error: RpcClientError): string => {
-  switch (codeIn(error.cause)) {
-    case "ENOENT":
-      return "there is no socket (is the server running?)"
-    case "ECONNREFUSED":
-      return "nothing listens on the socket (the server is not running)"
-    case "EACCES":
-      return "permission denied"
-    default:
-      return describe(error)
-  }
-}
-
+/** How long building the client waits for the server's first answer. */
 const connectTimeout = Duration.seconds(10)
+
+export const defaultReconnectTimeout = Duration.seconds(30)
+
+/** The client's keep-alive: a ping unanswered by the next one drops the connection. */
+const pingInterval = Duration.seconds(10)
 
 /**
  * A client of the server on `socketPath`; fails with `ConnectError` when no nativegen server
  * answers there (within 10 seconds).
  */
-export const make = (options: { readonly socketPath: string }) =>
+export const make = (options: ClientOptions) =>
   Effect.gen(function*() {
     const socketPath = Path.resolve(options.socketPath)
-    const protocol = yield* Layer.build(
-      RpcClient.layerProtocolSocket({ retryTransientErrors: false }).pipe(
-        Layer.provide(NodeSocket.layerNet({ path: socketPath })),
-        Layer.provide(RpcSerialization.layerNdjson)
-      )
-    ).pipe(Effect.mapError((error) => new ConnectError({ socketPath, reason: error.message })))
+    const { connect, protocol } = yield* ClientProtocol.make({
+      socketPath,
+      reconnectTimeout: Duration.decode(options.reconnectTimeout ?? defaultReconnectTimeout),
+      pingInterval
+    })
+    yield* connect.pipe(
+      Effect.mapError((failure) => new ConnectError({ socketPath, reason: ClientProtocol.connectReason(failure) }))
+    )
     const client: NativegenClient = yield* RpcClient.make(NativegenRpcs, { spanPrefix: "NativegenClient" }).pipe(
-      Effect.provide(protocol)
+      Effect.provideService(RpcClient.Protocol, protocol)
     )
     // A first call: any answer of a nativegen server (a refusal included) means connected.
     yield* client.Readiness().pipe(
       Effect.catchAll((error) =>
-        error._tag === "RpcClientError" ? Effect.fail(new ConnectError({ socketPath, reason: connectReason(error) })) : Effect.void
+        error._tag === "RpcClientError" || error._tag === "ConnectionFailed"
+          ? Effect.fail(new ConnectError({ socketPath, reason: error._tag === "ConnectionFailed" ? error.reason : describe(error) }))
+          : Effect.void
       ),
       Effect.timeoutFail({
         duration: connectTimeout,
@@ -241,7 +265,7 @@ export const make = (options: { readonly socketPath: string }) =>
   })
 
 /** Provider and RemoteStore over the server on `options.socketPath`. */
-export const layer = (options: { socketPath: string }): Layer.Layer<Provider | RemoteStore, ConnectError> =>
+export const layer = (options: ClientOptions): Layer.Layer<Provider | RemoteStore, ConnectError> =>
   Layer.scopedContext(Effect.map(make(options), ({ client, socketPath }) =>
     Context.make(Provider, makeProvider(client, socketPath)).pipe(
       Context.add(RemoteStore, makeRemoteStore(client, socketPath))

@@ -1,8 +1,11 @@
 /**
  * Errors of the RPC layer. The limit errors (`TooManyConnections`, `TooManyRequests`,
- * `MessageTooLarge`) are part of every RPC's error schema: the server refuses one request with
- * them and keeps serving the rest. The start errors say why a server did not start; the client
- * errors why it could not reach one.
+ * `MessageTooLarge`, `MessageTooDeep`, `TooManyPendingConnections`, `FirstMessageTimeout`,
+ * `IdleTimeout`, `AckTimeout`) are part of every RPC's error schema: the server refuses one
+ * request with them and keeps serving the rest, or names them in the notice it sends before it
+ * closes a connection. `ConnectionFailed` is the client's own: a call whose connection was lost
+ * (or never came back) fails with it. The start errors say why a server did not start; the
+ * client errors why it could not reach one.
  */
 import * as Schema from "effect/Schema"
 
@@ -35,9 +38,84 @@ export class MessageTooLarge extends Schema.TaggedError<MessageTooLarge>()("Mess
   }
 }
 
+/** A message nests arrays and objects deeper than the server's limit; it was not decoded. */
+export class MessageTooDeep extends Schema.TaggedError<MessageTooDeep>()("MessageTooDeep", {
+  limit: Schema.Int
+}) {
+  override get message() {
+    return `a message nests arrays and objects deeper than the server's limit of ${this.limit} levels`
+  }
+}
+
+/**
+ * The server already holds `limit` connections that have not sent their first request; the
+ * oldest of them (this one) was closed to make room.
+ */
+export class TooManyPendingConnections extends Schema.TaggedError<TooManyPendingConnections>()("TooManyPendingConnections", {
+  limit: Schema.Int
+}) {
+  override get message() {
+    return `the server already holds its limit of ${this.limit} connections that have sent no request; closed the oldest`
+  }
+}
+
+/** The connection sent no request within `timeoutMillis` of connecting; it was closed. */
+export class FirstMessageTimeout extends Schema.TaggedError<FirstMessageTimeout>()("FirstMessageTimeout", {
+  timeoutMillis: Schema.Int
+}) {
+  override get message() {
+    return `the connection sent no request within ${this.timeoutMillis} ms of connecting`
+  }
+}
+
+/** The connection had no request in flight for `timeoutMillis`; it was closed. */
+export class IdleTimeout extends Schema.TaggedError<IdleTimeout>()("IdleTimeout", {
+  timeoutMillis: Schema.Int
+}) {
+  override get message() {
+    return `the connection was idle (no request in flight) for ${this.timeoutMillis} ms`
+  }
+}
+
+/** A stream's client took no chunk (sent no ack) within `timeoutMillis`; the stream was cancelled. */
+export class AckTimeout extends Schema.TaggedError<AckTimeout>()("AckTimeout", {
+  timeoutMillis: Schema.Int
+}) {
+  override get message() {
+    return `the client took no streamed chunk within ${this.timeoutMillis} ms; the stream was cancelled`
+  }
+}
+
 /** Every refusal of the RPC layer itself. */
-export const RpcLimitError = Schema.Union(TooManyConnections, TooManyRequests, MessageTooLarge)
+export const RpcLimitError = Schema.Union(
+  TooManyConnections,
+  TooManyRequests,
+  MessageTooLarge,
+  MessageTooDeep,
+  TooManyPendingConnections,
+  FirstMessageTimeout,
+  IdleTimeout,
+  AckTimeout
+)
 export type RpcLimitError = typeof RpcLimitError.Type
+
+/**
+ * The client's connection to the server failed while a call was in flight, or was not
+ * re-established within the client's wait. Never sent by a server: the client fails a call with
+ * it (it is in the error schemas so that the client can).
+ */
+export class ConnectionFailed extends Schema.TaggedError<ConnectionFailed>()("ConnectionFailed", {
+  socketPath: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `the connection to the nativegen server on ${this.socketPath} failed: ${this.reason}`
+  }
+}
+
+/** What any call can fail with because of the RPC layer: a refusal, or a failed connection. */
+export const RpcLayerError = Schema.Union(RpcLimitError, ConnectionFailed)
+export type RpcLayerError = typeof RpcLayerError.Type
 
 // ---------------------------------------------------------------------------------------------
 // Server start

@@ -1,7 +1,8 @@
 /**
  * The RPC server: `NativegenRpcs` over the Provider and the Store, on a Unix socket in a private
- * directory (see `SocketDirectory`), with limits on message size, connections and in-flight
- * requests per connection (see `Protocol`). Building the layer claims the socket and listens;
+ * directory (see `SocketDirectory`), with limits on message size and depth, connections (pending,
+ * admitted, idle) and in-flight requests per connection, and a deadline on streams' acks (see
+ * `Protocol`). Building the layer claims the socket and listens;
  * closing its scope interrupts every request, closes every connection (forcibly after a short
  * grace for a client that does not read), removes the socket and releases the lock.
  */
@@ -9,6 +10,8 @@ import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import * as NodeSocketServer from "@effect/platform-node/NodeSocketServer"
 import * as SocketServer from "@effect/platform/SocketServer"
 import * as RpcServer from "@effect/rpc/RpcServer"
+import * as Config from "effect/Config"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
@@ -31,12 +34,23 @@ export type { ServerStartError } from "./RpcError.js"
 export interface ServerOptions {
   /** The Unix socket. Its directory is created 0700 when absent, refused when it is not private. Default `defaultSocketPath()`. */
   socketPath: string
-  /** Largest inbound message (one request, JSON-encoded) in bytes. Default 8 MiB. */
+  /** Largest inbound message (one request, JSON-encoded) in bytes; a larger one fails with `MessageTooLarge`. Default 1 MiB. */
   maxMessageBytes: number
-  /** Connections served at once; as many more may wait (their requests fail with `TooManyConnections`). Default 64. */
+  /**
+   * Connections served at once (those that sent a request). When all are, the one idle longest is
+   * closed for a newcomer; when none is idle, the newcomer's request fails with `TooManyConnections`. Default 64.
+   */
   maxConnections: number
+  /** Connections that have not sent their first request; a newer one closes the oldest. Default 64. */
+  maxPendingConnections: number
   /** Requests (streams included) in flight on one connection; more fail with `TooManyRequests`. Default 64. */
   maxInFlightPerConnection: number
+  /** A connection that sends no request within this time of connecting is closed. Default 10 seconds. */
+  firstMessageTimeout: Duration.Duration
+  /** A connection with no request in flight for this long is closed. Default 5 minutes. */
+  idleTimeout: Duration.Duration
+  /** A stream whose client takes no chunk for this long is cancelled with `AckTimeout`. Default 60 seconds. */
+  ackTimeout: Duration.Duration
 }
 
 /** `$XDG_RUNTIME_DIR/nativegen/nativegen.sock`, else `<tmpdir>/nativegen-<uid>/nativegen.sock`. */
@@ -49,20 +63,62 @@ export const defaultSocketPath = (): string => {
 
 export const defaults: ServerOptions = {
   socketPath: defaultSocketPath(),
-  maxMessageBytes: 8 * 1024 * 1024,
+  maxMessageBytes: 1024 * 1024,
   maxConnections: 64,
-  maxInFlightPerConnection: 64
+  maxPendingConnections: 64,
+  maxInFlightPerConnection: 64,
+  firstMessageTimeout: Duration.seconds(10),
+  idleTimeout: Duration.minutes(5),
+  ackTimeout: Duration.seconds(60)
 }
+
+/** The options other than the socket from NATIVEGEN_SERVER_* (the environment by default), else `defaults`. */
+export const config: Config.Config<Omit<ServerOptions, "socketPath">> = Config.all({
+  maxMessageBytes: Config.integer("NATIVEGEN_SERVER_MAX_MESSAGE_BYTES").pipe(
+    Config.withDefault(defaults.maxMessageBytes),
+    Config.withDescription("largest request in bytes (JSON-encoded)")
+  ),
+  maxConnections: Config.integer("NATIVEGEN_SERVER_MAX_CONNECTIONS").pipe(
+    Config.withDefault(defaults.maxConnections),
+    Config.withDescription("connections served at once")
+  ),
+  maxPendingConnections: Config.integer("NATIVEGEN_SERVER_MAX_PENDING_CONNECTIONS").pipe(
+    Config.withDefault(defaults.maxPendingConnections),
+    Config.withDescription("connections that have not sent their first request")
+  ),
+  maxInFlightPerConnection: Config.integer("NATIVEGEN_SERVER_MAX_IN_FLIGHT_PER_CONNECTION").pipe(
+    Config.withDefault(defaults.maxInFlightPerConnection),
+    Config.withDescription("requests in flight on one connection")
+  ),
+  firstMessageTimeout: Config.duration("NATIVEGEN_SERVER_FIRST_MESSAGE_TIMEOUT").pipe(
+    Config.withDefault(defaults.firstMessageTimeout),
+    Config.withDescription("how long a new connection may take to send its first request")
+  ),
+  idleTimeout: Config.duration("NATIVEGEN_SERVER_IDLE_TIMEOUT").pipe(
+    Config.withDefault(defaults.idleTimeout),
+    Config.withDescription("how long a connection may stay without a request in flight")
+  ),
+  ackTimeout: Config.duration("NATIVEGEN_SERVER_ACK_TIMEOUT").pipe(
+    Config.withDefault(defaults.ackTimeout),
+    Config.withDescription("how long a stream waits for its client to take a chunk")
+  )
+})
 
 /** How long closing waits for connections to drain before destroying them. */
 const closeGrace = "2 seconds"
 
 const checkOptions = (options: ServerOptions) =>
   Effect.suspend(() => {
-    for (const key of ["maxMessageBytes", "maxConnections", "maxInFlightPerConnection"] as const) {
+    for (const key of ["maxMessageBytes", "maxConnections", "maxPendingConnections", "maxInFlightPerConnection"] as const) {
       const value = options[key]
       if (!Number.isSafeInteger(value) || value < 1) {
         return Effect.dieMessage(`rpc server: ${key} must be a positive whole number, got ${value}`)
+      }
+    }
+    for (const key of ["firstMessageTimeout", "idleTimeout", "ackTimeout"] as const) {
+      const value = options[key]
+      if (!Duration.isFinite(value) || Duration.toMillis(value) < 1) {
+        return Effect.dieMessage(`rpc server: ${key} must be a finite duration of at least 1 ms, got ${Duration.format(value)}`)
       }
     }
     return Effect.void
@@ -136,7 +192,17 @@ const listen = (
       )
     )
     yield* Effect.logInfo("rpc: listening").pipe(
-      Effect.annotateLogs({ service: "RpcServer", socketPath, ...Protocol.limitsOf(options) })
+      Effect.annotateLogs({
+        service: "RpcServer",
+        socketPath,
+        maxMessageBytes: options.maxMessageBytes,
+        maxConnections: options.maxConnections,
+        maxPendingConnections: options.maxPendingConnections,
+        maxInFlightPerConnection: options.maxInFlightPerConnection,
+        firstMessageTimeout: Duration.format(options.firstMessageTimeout),
+        idleTimeout: Duration.format(options.idleTimeout),
+        ackTimeout: Duration.format(options.ackTimeout)
+      })
     )
     return SocketServer.SocketServer.of({
       address: server.address,

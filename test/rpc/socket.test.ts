@@ -176,7 +176,8 @@ describe("closing", () => {
       yield* raw.pause
       const big = "x".repeat(256 * 1024)
       const generations: Array<TestProvider.Generation> = []
-      for (let i = 0; i < 16; i++) {
+      // Six chunks of 256 KiB stay under the server's limit of unread responses (2 MiB).
+      for (let i = 0; i < 6; i++) {
         yield* raw.send(request(String(i), "Generate", { messages: [], maxTokens: 1 }))
         const generation = yield* Queue.take(control.generations)
         yield* generation.offer(TestProvider.text(big))

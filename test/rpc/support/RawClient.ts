@@ -28,6 +28,8 @@ export interface RawClient {
   readonly resume: Effect.Effect<void>
   /** Closes the connection from this side (abruptly). */
   readonly destroy: Effect.Effect<void>
+  /** Ends this side's writing (a half-close); reading goes on. */
+  readonly end: Effect.Effect<void>
 }
 
 export const request = (id: string, tag: string, payload: unknown = {}) => ({ _tag: "Request", id, tag, payload, headers: [] })
@@ -86,6 +88,7 @@ export const connect = (path: string): Effect.Effect<RawClient, never, Scope.Sco
       closed,
       pause: Effect.sync(() => void socket.pause()),
       resume: Effect.sync(() => void socket.resume()),
-      destroy: Effect.sync(() => socket.destroy())
+      destroy: Effect.sync(() => socket.destroy()),
+      end: Effect.sync(() => void socket.end())
     } satisfies RawClient
   })
