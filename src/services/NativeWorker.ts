@@ -9,9 +9,11 @@
  * replacement takes over. Beyond the restart budget it stops restarting, reports `failed` with the
  * reason, and tries again after a backoff or an explicit `repair()`.
  *
- * Requests that had not reached the child wait for a ready engine (bounded); a generation that was
- * streaming fails with GenerationFailed saying how many tokens were delivered; a score is retried
- * once on the replacement.
+ * Requests that had not reached the child wait for a ready engine (bounded); a generation whose
+ * child fails before its first token was delivered runs again on the replacement (once); one that
+ * was streaming fails with GenerationFailed saying how many tokens were delivered; a score is
+ * retried once on the replacement. A reply that fails its schema is a protocol fault of the child.
+ * A repair, once begun, runs to its end whoever asked for it: the state ends `ready` or `failed`.
  */
 import * as Socket from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
