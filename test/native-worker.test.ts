@@ -9,7 +9,7 @@ import { DECODE_RUN_AHEAD } from "../src/native/Protocol.js"
 import { type GenerationEvent, NativeWorker } from "../src/services/NativeWorker.js"
 import { workerLayer } from "./support/engine.js"
 import { isAlive } from "./support/processes.js"
-import { referenceChatTokens, referenceGreedy } from "./support/reference.js"
+import { referenceChatTokens, referenceGreedy, referenceLabelLogLikelihoods } from "./support/reference.js"
 
 const greedy = { temperature: 0 } as const
 const tokensOf = (events: Chunk.Chunk<GenerationEvent>) =>
@@ -144,6 +144,53 @@ describe("NativeWorker", () => {
         const ll = (h: typeof one, l: string) => h!.labels.find((x) => x.label === l)!.logLikelihood
         assert.strictEqual(ll(one, "yes"), ll(two, "yes"))
         assert.strictEqual(ll(one, "no"), ll(two, "no"))
+      }))
+
+    it.effect("a long decision is prefilled in chunks: cancelled mid-prefill it stops within a chunk, and the same child serves next", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const before = yield* worker.readiness
+        const text = Array.from({ length: 120 }, (_, i) => `item ${i % 23} is fine`).join(" ")
+        const prompt = yield* worker.render("decision", [{ role: "user", content: text }])
+        expect(prompt.length).toBeGreaterThan(6 * 128)
+        expect(prompt.length).toBeLessThan(1000)
+        const heads = [{ name: "ok", labels: ["yes", "no"] }]
+        // The first chunk done: cancel there.
+        const firstChunk = yield* Effect.makeLatch(false)
+        const progress: Array<number> = []
+        const cancelled = yield* worker.score(prompt, heads, (done) =>
+          Effect.zipRight(Effect.sync(() => progress.push(done)), firstChunk.open)).pipe(Effect.fork)
+        yield* firstChunk.await
+        yield* Fiber.interrupt(cancelled)
+        const cancelledAt = progress[0]!
+        assert.strictEqual(cancelledAt, 128)
+        // The next decision (same prompt) starts where the cancelled one stopped: at most one
+        // chunk in flight and one queued got past the cancel.
+        const resumed: Array<number> = []
+        const result = yield* worker.score(prompt, heads, (done) => Effect.sync(() => resumed.push(done)))
+        const resumedFrom = resumed[0]! - 128
+        expect(resumedFrom).toBeGreaterThanOrEqual(cancelledAt)
+        expect(resumedFrom).toBeLessThanOrEqual(cancelledAt + 2 * 128)
+        // Chunks end on the grid, whatever was cached: the result is bit-identical to a cold run.
+        yield* worker.score(yield* worker.render("decision", [{ role: "user", content: "something else" }]), heads)
+        const cold = yield* worker.score(prompt, heads)
+        assert.deepStrictEqual(result, cold)
+        const after = yield* worker.readiness
+        assert.deepStrictEqual([after.state, after.incarnation, after.pid], ["ready", before.incarnation, before.pid])
+      }))
+
+    it.effect("chunked decision scores equal an unchunked in-process evaluation within 1e-3 nats", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const text = Array.from({ length: 100 }, (_, i) => `the answer ${i % 17} is near`).join(" ")
+        const prompt = yield* worker.render("decision", [{ role: "user", content: text }])
+        expect(prompt.length).toBeGreaterThan(4 * 128)
+        const labels = ["yes", "no", "maybe later"]
+        const [head] = yield* worker.score(prompt, [{ name: "h", labels }])
+        const reference = yield* Effect.promise(() => referenceLabelLogLikelihoods(ensureModel("decision"), prompt, labels))
+        const differences = head!.labels.map((l) => Math.abs(l.logLikelihood - reference.get(l.label)!))
+        yield* Effect.sync(() => console.info(`chunked vs unchunked log-likelihood differences (nats): ${differences.join(", ")}`))
+        for (const d of differences) expect(d).toBeLessThan(1e-3)
       }))
 
     it.effect("bad input gets a typed error naming the value, and the child stays up", () =>

@@ -1,10 +1,14 @@
 import { assert, describe, expect, layer } from "@effect/vitest"
+import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
+import * as fc from "fast-check"
+import { GenerationFailed } from "../src/domain/EngineError.js"
 import { failpointsEnv } from "../src/native/Failpoints.js"
 import { type NativeWorkerConfigShape, NativeWorker, type WorkerReadiness } from "../src/services/NativeWorker.js"
 import { workerLayer } from "./support/engine.js"
@@ -82,6 +86,45 @@ describe("supervision", () => {
         assert.include(action.reason, "SIGKILL")
         assert.strictEqual(action.outcome, "replaced")
         assert.strictEqual((yield* generateAll(worker, 5)).length, 5)
+      }))
+
+    it.effect("SIGKILL during prefill, before any token: the generation runs again on the replacement and equals a cold run", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const before = yield* worker.readiness
+        const text = Array.from({ length: 250 }, (_, i) => `line ${i % 29} of the long prompt`).join(" ")
+        const p = yield* prompt(worker, text)
+        expect(p.length).toBeGreaterThan(10 * 128)
+        // Only whole chunks are reused: a fresh child's run and this one are both cold.
+        const request = { prompt: p, maxTokens: 30, sampling: greedy, reuseOnGrid: true } as const
+        let killed = false
+        const events = yield* worker.generate(request).pipe(
+          Stream.tap((e) =>
+            Effect.sync(() => {
+              if (e._tag !== "Prefilled" || killed) return
+              killed = true
+              process.kill(before.pid!, "SIGKILL")
+            })
+          ),
+          Stream.runCollect,
+          Effect.map(Chunk.toArray)
+        )
+        assert.isTrue(killed)
+        const tokens = events.flatMap((e) => (e._tag === "Token" ? [e] : []))
+        assert.deepStrictEqual(tokens.map((t) => t.index), tokens.map((_, i) => i))
+        // Started again on the replacement, from nothing.
+        const started = events.flatMap((e) => (e._tag === "Started" ? [e.reusedTokens] : []))
+        assert.strictEqual(started.length, 2)
+        assert.strictEqual(started[1], 0)
+        const after = yield* worker.readiness
+        assert.isAbove(after.incarnation, before.incarnation)
+        assert.isFalse(isAlive(before.pid!))
+        assert.include(after.recoveryActions.at(-1)!.reason, "SIGKILL")
+        const cold = Chunk.toArray(yield* Stream.runCollect(worker.generate({ ...request, sequence: 1 })))
+        const coldStart = cold[0]!
+        assert(coldStart._tag === "Started" && coldStart.reusedTokens === 0)
+        assert.deepStrictEqual(tokens.map((t) => t.token), cold.flatMap((e) => (e._tag === "Token" ? [e.token] : [])))
+        assert.strictEqual(tokens.length, 30)
       }))
 
     it.effect("SIGSTOP: the progress deadline fires, the stopped child is killed, a replacement is warmed", () =>
@@ -193,6 +236,48 @@ describe("supervision", () => {
     })
   }
 
+  layer(supervised({ childEnv: failpointsEnv("invalidScoreReply@1") }), { timeout: 120_000, excludeTestServices: true })("invalidScoreReply", (it) => {
+    it.effect("a score reply that fails its schema in a valid frame is a protocol fault: repaired, retried, never a defect", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const p = yield* worker.render("decision", [{ role: "user", content: "yes or no?" }])
+        const exit = yield* Effect.exit(worker.score(p, [{ name: "h", labels: ["yes", "no"] }]))
+        assert(Exit.isSuccess(exit), `the retried score failed: ${Exit.isFailure(exit) ? Cause.pretty(exit.cause) : ""}`)
+        assert.strictEqual(exit.value[0]!.labels.length, 2)
+        const r = yield* worker.readiness
+        assert.strictEqual(r.incarnation, 2)
+        const action = r.recoveryActions.at(-1)!
+        assert.deepStrictEqual([action.kind, action.outcome], ["protocol", "replaced"])
+        assert.include(action.reason, "failed its schema")
+      }))
+  })
+
+  // The warm-up decodes one token: the 12th is the request's 11th.
+  layer(supervised({ childEnv: failpointsEnv("invalidReplyAtToken=12@1") }), { timeout: 120_000, excludeTestServices: true })("invalidReplyAtToken", (it) => {
+    it.effect("a token reply that fails its schema after tokens were delivered: GenerationFailed with the count, repaired, never a defect", () =>
+      Effect.gen(function*() {
+        const worker = yield* NativeWorker
+        const p = yield* prompt(worker)
+        let seen = 0
+        const exit = yield* worker.generate({ prompt: p, maxTokens: 40, sampling: greedy }).pipe(
+          Stream.runForEach((e) => Effect.sync(() => (e._tag === "Token" ? seen++ : undefined))),
+          Effect.exit
+        )
+        assert(Exit.isFailure(exit))
+        assert.isFalse(Cause.isDie(exit.cause), Cause.pretty(exit.cause))
+        const error = Cause.squash(exit.cause)
+        assert(error instanceof GenerationFailed, `expected GenerationFailed, got ${String(error)}`)
+        assert.strictEqual(error.deliveredTokens, seen)
+        expect(seen).toBeGreaterThan(0)
+        expect(seen).toBeLessThan(11)
+        const after = yield* readyAfter(1)
+        const action = after.recoveryActions.at(-1)!
+        assert.strictEqual(action.kind, "protocol")
+        assert.include(action.reason, "failed its schema")
+        assert.strictEqual((yield* generateAll(worker, 20)).length, 20)
+      }))
+  })
+
   layer(supervised({ childEnv: failpointsEnv("hangScore@1") }), { timeout: 120_000, excludeTestServices: true })("hangScore", (it) => {
     it.effect("a decision lost with its (hung) child is retried once on the replacement", () =>
       Effect.gen(function*() {
@@ -251,6 +336,57 @@ describe("supervision", () => {
         assert.strictEqual(ready.incarnation, 4)
         assert.strictEqual((yield* generateAll(worker, 3)).length, 3)
       }))
+  })
+
+  // One failure is tolerated, the second exhausts the budget: each kill below leaves the worker `failed`.
+  layer(supervised({ restartIntensity: 1, restartBackoff: Duration.minutes(10) }), {
+    timeout: 300_000,
+    excludeTestServices: true
+  })("repair", (it) => {
+    it.effect("repair() interrupted at random points always ends ready or failed, and the worker then serves", () =>
+      Effect.gen(function*() {
+        const context = yield* Effect.context<NativeWorker>()
+        const worker = yield* NativeWorker
+        const killed: Array<number> = []
+        /** Kills serving children until the restart budget is exhausted. */
+        const makeFailed = Effect.gen(function*() {
+          for (;;) {
+            const r = yield* awaitReadiness((x) => x.state === "ready" || x.state === "failed")
+            if (r.state === "failed") return
+            killed.push(r.pid!)
+            process.kill(r.pid!, "SIGKILL")
+            yield* awaitReadiness((x) => x.state === "failed" || (x.state === "ready" && x.incarnation > r.incarnation))
+          }
+        })
+        const within30s = (what: string) =>
+          Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error(`${what} within 30 s`) })
+        const settled = awaitReadiness((x) => x.state === "ready" || x.state === "failed").pipe(
+          within30s("the worker did not leave `repairing`")
+        )
+        const interruptedRepair = (delayMillis: number) =>
+          Effect.gen(function*() {
+            yield* makeFailed.pipe(within30s("the worker did not fail"))
+            const fiber = yield* Effect.fork(worker.repair)
+            yield* Effect.sleep(Duration.millis(delayMillis))
+            yield* Fiber.interrupt(fiber).pipe(within30s("the interrupted repair did not end"))
+            // Not stuck halfway: the repair ends (or had not begun), and an uninterrupted one serves.
+            const end = yield* settled
+            if (end.state === "failed") yield* worker.repair
+            const ready = yield* settled
+            assert.strictEqual(ready.state, "ready")
+            assert.strictEqual((yield* generateAll(worker, 3)).length, 3)
+            assert.isTrue(isAlive(ready.pid!))
+            for (const pid of killed) yield* awaitGone(pid)
+          })
+        yield* Effect.promise(() =>
+          fc.assert(
+            fc.asyncProperty(fc.integer({ min: 0, max: 2500 }), (delayMillis) =>
+              Effect.runPromise(interruptedRepair(delayMillis).pipe(Effect.provide(context)))),
+            // Shrinking would rerun on a worker the failed run left behind: report the first failure as it is.
+            { numRuns: 6, endOnFailure: true }
+          )
+        )
+      }), 240_000)
   })
 
   layer(supervised({ execPath: "/nonexistent/node", restartIntensity: 1, restartBackoff: Duration.minutes(10) }), {

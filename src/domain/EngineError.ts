@@ -53,12 +53,27 @@ export class EngineFailure extends Schema.TaggedError<EngineFailure>()("EngineFa
   }
 }
 
+/**
+ * A model's own chat template failed: it raised (`raise_exception`), used a value it was not
+ * given, or does not parse. Names the model and the template's message; the engine stays up.
+ */
+export class TemplateError extends Schema.TaggedError<TemplateError>()("TemplateError", {
+  role: Schema.String,
+  modelPath: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `the chat template of the ${this.role} model ${this.modelPath} failed: ${this.reason}`
+  }
+}
+
 export const EngineError = Schema.Union(
   InvalidEngineRequest,
   RoleNotLoaded,
   ModelLoadFailed,
   UnknownGeneration,
-  EngineFailure
+  EngineFailure,
+  TemplateError
 )
 export type EngineError = typeof EngineError.Type
 

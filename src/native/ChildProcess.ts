@@ -21,7 +21,8 @@ import * as ChildProcess from "node:child_process"
 import type { Duplex } from "node:stream"
 import { createRequire } from "node:module"
 import { fileURLToPath, pathToFileURL } from "node:url"
-import { type ChildSettings, childSettingsToEnv } from "./ChildSettings.js"
+import { childEnvironment } from "./ChildEnvironment.js"
+import type { ChildSettings } from "./ChildSettings.js"
 import { engineSerialization } from "./Framing.js"
 import { EngineRpcs } from "./Protocol.js"
 
@@ -51,8 +52,13 @@ export interface EngineChild {
 
 export interface SpawnOptions {
   readonly settings: ChildSettings
-  /** Extra environment for the child (driver variables, test failpoints). */
+  /**
+   * Variables set in the child on top of what it inherits from the host (see ChildEnvironment.ts:
+   * only an allowlist is inherited). They cannot override the settings.
+   */
   readonly env?: Readonly<Record<string, string>> | undefined
+  /** The child's incarnation number (NATIVEGEN_INCARNATION), for incarnation-bound failpoints. Default 1. */
+  readonly incarnation?: number | undefined
   /** The Node executable; overridable to test spawn failures. */
   readonly execPath?: string | undefined
   /** Time allowed for a graceful shutdown request, then for SIGTERM, before SIGKILL. */
@@ -97,7 +103,9 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
         const child = ChildProcess.spawn(command, ["--import", tsxLoader, childEntry], {
           detached: true,
           stdio: ["ignore", "inherit", "inherit", "pipe"],
-          env: { ...process.env, ...childSettingsToEnv(options.settings), ...options.env }
+          env: childEnvironment(process.env, options.settings, options.env, {
+            NATIVEGEN_INCARNATION: String(options.incarnation ?? 1)
+          })
         })
         child.once("exit", (code, signal) => Deferred.unsafeDone(exit, Exit.succeed(new ChildExit({ code, signal }))))
         child.once("error", (cause) => {

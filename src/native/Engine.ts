@@ -30,6 +30,7 @@ import {
   InvalidEngineRequest,
   ModelLoadFailed,
   RoleNotLoaded,
+  TemplateError,
   UnknownGeneration
 } from "../domain/EngineError.js"
 import {
@@ -51,6 +52,7 @@ import {
   PROTOCOL_VERSION,
   type Role,
   type Sampling,
+  type ScoreEvent,
   SpecialTokens,
   type StopReason
 } from "./Protocol.js"
@@ -71,12 +73,26 @@ export interface FaultHooks {
   readonly exit: () => void
 }
 
+/** A model's chat template: parsed, or why it does not parse (a model can be used without one). */
+type ChatTemplate =
+  | { readonly _tag: "Parsed"; readonly template: Template }
+  | { readonly _tag: "Unparsable"; readonly reason: string }
+
+const parseTemplate = (source: unknown): ChatTemplate | undefined => {
+  if (typeof source !== "string") return undefined
+  try {
+    return { _tag: "Parsed", template: new Template(source) }
+  } catch (cause) {
+    return { _tag: "Unparsable", reason: `it does not parse: ${reasonOf(cause)}` }
+  }
+}
+
 interface Resident {
   readonly model: LlamaModel
   readonly context: LlamaContext
   readonly sequences: ReadonlyArray<LlamaContextSequence>
   readonly modelPath: string
-  readonly template: Template | undefined
+  readonly template: ChatTemplate | undefined
   readonly vocabularySize: number
 }
 
@@ -138,6 +154,34 @@ const invalid = (field: string, value: unknown, reason: string) =>
 const checkPositiveInt = (field: string, value: number) =>
   Number.isInteger(value) && value > 0 ? Effect.void : Effect.fail(invalid(field, value, "must be a positive integer"))
 
+/** A head's labels with their log-likelihoods, softmax probabilities over the head, and ranks. */
+const headScore = (
+  head: { readonly name: string; readonly labels: ReadonlyArray<string> },
+  labelTokens: ReadonlyMap<string, ReadonlyArray<number>>,
+  logLikelihoods: ReadonlyMap<string, number>
+) => {
+  const lls = head.labels.map((l) => logLikelihoods.get(l)!)
+  const max = Math.max(...lls)
+  const weights = lls.map((ll) => (Number.isFinite(ll) ? Math.exp(ll - max) : 0))
+  const total = weights.reduce((a, b) => a + b, 0)
+  const probabilities = weights.map((w) => (total > 0 ? w / total : 1 / weights.length))
+  const order = head.labels.map((_, i) => i).sort((a, b) => probabilities[b]! - probabilities[a]! || a - b)
+  const ranks = new Array<number>(order.length)
+  order.forEach((labelIndex, position) => (ranks[labelIndex] = position + 1))
+  return new HeadScore({
+    name: head.name,
+    labels: head.labels.map((label, i) =>
+      new LabelScore({
+        label,
+        tokens: labelTokens.get(label)!.length,
+        logLikelihood: lls[i]!,
+        probability: probabilities[i]!,
+        rank: ranks[i]!
+      })
+    )
+  })
+}
+
 export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOptions, faults?: FaultHooks) {
   const llama: Llama = yield* Effect.tryPromise({
     try: () =>
@@ -151,6 +195,8 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
     catch: (cause) => new EngineFailure({ operation: "getLlama", reason: reasonOf(cause) })
   })
   const gate = yield* StepGate.make
+  /** The decision sequence serves one score at a time: a score's chunks are separate steps. */
+  const scoring = yield* Effect.makeSemaphore(1)
   const failpoints = faults?.failpoints
   let decodedTokens = 0
   let scored = 0
@@ -320,7 +366,7 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
               context,
               sequences: Array.from({ length: sequences }, () => context.getSequence()),
               modelPath,
-              template: typeof chatTemplate === "string" ? new Template(chatTemplate) : undefined,
+              template: parseTemplate(chatTemplate),
               vocabularySize: insights.ggufFileInfo.metadata.tokenizer?.ggml?.tokens?.length ?? 0
             })
             return new LoadedModel({
@@ -366,11 +412,21 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       if (r.template === undefined) {
         return yield* Effect.fail(invalid("role", role, "the model has no chat template"))
       }
-      return r.template.render({
-        messages: messages.map((m) => ({ role: m.role, content: m.content })),
-        add_generation_prompt: addGenerationPrompt,
-        bos_token: "",
-        eos_token: ""
+      const template = r.template
+      if (template._tag === "Unparsable") {
+        return yield* Effect.fail(new TemplateError({ role, modelPath: r.modelPath, reason: template.reason }))
+      }
+      // A real template can raise (`raise_exception`) or use a value it was not given: the
+      // request's fault, reported with the template's own message.
+      return yield* Effect.try({
+        try: () =>
+          template.template.render({
+            messages: messages.map((m) => ({ role: m.role, content: m.content })),
+            add_generation_prompt: addGenerationPrompt,
+            bos_token: "",
+            eos_token: ""
+          }),
+        catch: (cause) => new TemplateError({ role, modelPath: r.modelPath, reason: reasonOf(cause) })
       })
     })
 
@@ -616,11 +672,23 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       return iterator === undefined ? Effect.void : Effect.ignore(step("end", async () => void (await iterator.return())))
     })
 
-  const score = (prompt: ReadonlyArray<number>, heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>) =>
-    Effect.gen(function*() {
+  /**
+   * Scores labels after a prompt on the decision model, as a stream: a Prefilled event per prompt
+   * chunk, then Scored (the last chunk and the labels are one step). Each chunk is its own step in
+   * the decision lane, so a cancel lands at the next chunk and other lanes' steps can run between
+   * chunks. Only whole chunks of a cached prefix are kept, so a prompt is always split into the
+   * same batches and its probabilities do not depend on what was scored before it.
+   */
+  const score = (
+    prompt: ReadonlyArray<number>,
+    heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>,
+    prefillChunk: number
+  ): Stream.Stream<ScoreEvent, EngineError> =>
+    Stream.unwrapScoped(Effect.gen(function*() {
       const r = yield* resident("decision")
       if (prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
       if (heads.length === 0) return yield* Effect.fail(invalid("heads", [], "at least one head is needed"))
+      yield* checkPositiveInt("prefillChunk", prefillChunk)
       const names = new Set<string>()
       for (const head of heads) {
         if (names.has(head.name)) return yield* Effect.fail(invalid("head", head.name, "duplicate head name"))
@@ -633,6 +701,8 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
           seen.add(label)
         }
       }
+      const badToken = prompt.find((t) => !Number.isInteger(t) || t < 0 || t >= r.vocabularySize)
+      if (badToken !== undefined) return yield* Effect.fail(invalid("prompt", badToken, "is not a token of the model"))
       const sequence = r.sequences[0]!
       const context = prompt.slice(0, -1) as Array<Token>
       const lastPromptToken = prompt[prompt.length - 1]! as Token
@@ -648,50 +718,51 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
         return yield* Effect.fail(new EngineFailure({ operation: "score", reason: "failpoint failScore" }))
       }
       if (failpoints?.hangScore === true && scored++ > 0) return yield* Effect.never
-      const logLikelihoods = yield* step("score", async () => {
-        await sequence.adaptStateToTokens(context, false)
-        if (sequence.nextTokenIndex < context.length) {
-          await sequence.evaluateWithoutGeneratingNewTokens(context.slice(sequence.nextTokenIndex))
-        }
-        const result = new Map<string, number>()
-        for (const [label, tokens] of labelTokens) {
-          const items = [lastPromptToken, ...tokens.slice(0, -1)].map(
-            (token) => [token, { generateNext: { probabilities: true, options: { temperature: 0 } } }] as [Token, { generateNext: { probabilities: true; options: { temperature: 0 } } }]
-          )
+      yield* Effect.acquireRelease(scoring.take(1), () => scoring.release(1))
+      const chunk = Math.min(prefillChunk, options.batchSize)
+      /** Teacher-forced log-likelihood of one label after the prefilled prompt; the label is erased again. */
+      const labelLogLikelihood = async (tokens: ReadonlyArray<Token>) => {
+        const items = [lastPromptToken, ...tokens.slice(0, -1)].map(
+          (token) => [token, { generateNext: { probabilities: true, options: { temperature: 0 } } }] as [Token, { generateNext: { probabilities: true; options: { temperature: 0 } } }]
+        )
+        try {
           const outputs = await sequence.controlledEvaluate(items)
           let sum = 0
           tokens.forEach((token, i) => {
             const p = outputs[i]?.next?.probabilities?.get(token) ?? 0
             sum += Math.log(p)
           })
-          result.set(label, sum)
+          return sum
+        } finally {
           await sequence.eraseContextTokenRanges([{ start: context.length, end: sequence.nextTokenIndex }])
         }
-        return result
+      }
+      /** Prompt tokens in the sequence; undefined until the cached prefix was adapted (first step). */
+      let prefilled: number | undefined
+      let finished = false
+      // One step per chunk: the first also trims the cache, the last also scores the labels (a
+      // prompt of one chunk is one step, as before chunking).
+      const advance = step("score", async (): Promise<ScoreEvent> => {
+        if (prefilled === undefined) {
+          const keep = context.slice(0, Math.floor(commonPrefix(sequence.contextTokens, context) / chunk) * chunk)
+          await sequence.adaptStateToTokens(keep, false)
+          prefilled = sequence.nextTokenIndex
+        }
+        if (prefilled < context.length) {
+          const end = Math.min((Math.floor(prefilled / chunk) + 1) * chunk, context.length)
+          await sequence.evaluateWithoutGeneratingNewTokens(context.slice(prefilled, end))
+          prefilled = end
+          if (prefilled < context.length) return { _tag: "Prefilled", done: prefilled, total: context.length }
+        }
+        const logLikelihoods = new Map<string, number>()
+        for (const [label, tokens] of labelTokens) logLikelihoods.set(label, await labelLogLikelihood(tokens))
+        finished = true
+        return { _tag: "Scored", heads: heads.map((head) => headScore(head, labelTokens, logLikelihoods)) }
       }, "decision")
-      return heads.map((head) => {
-        const lls = head.labels.map((l) => logLikelihoods.get(l)!)
-        const max = Math.max(...lls)
-        const weights = lls.map((ll) => (Number.isFinite(ll) ? Math.exp(ll - max) : 0))
-        const total = weights.reduce((a, b) => a + b, 0)
-        const probabilities = weights.map((w) => (total > 0 ? w / total : 1 / weights.length))
-        const order = head.labels.map((_, i) => i).sort((a, b) => probabilities[b]! - probabilities[a]! || a - b)
-        const ranks = new Array<number>(order.length)
-        order.forEach((labelIndex, position) => (ranks[labelIndex] = position + 1))
-        return new HeadScore({
-          name: head.name,
-          labels: head.labels.map((label, i) =>
-            new LabelScore({
-              label,
-              tokens: labelTokens.get(label)!.length,
-              logLikelihood: lls[i]!,
-              probability: probabilities[i]!,
-              rank: ranks[i]!
-            })
-          )
-        })
-      })
-    })
+      return Stream.repeatEffectOption(
+        Effect.suspend(() => (finished ? Effect.fail(Option.none()) : Effect.mapError(advance, Option.some)))
+      )
+    }))
 
   const dispose = Effect.gen(function*() {
     for (const id of Array.from(generations.keys())) yield* end(id)

@@ -1,7 +1,7 @@
 /**
  * Test failpoints of the engine child, read once from its environment at start-up. The host sets
- * them only through NativeWorker's internal `childEnv` (used by tests); no public configuration,
- * RPC or CLI option reaches them. Unset, each check is one comparison against `undefined`.
+ * them only through NativeWorker's `childEnv` (tests do); no RPC or CLI option reaches them.
+ * Unset, each check is one comparison against `undefined`.
  *
  * NATIVEGEN_FAILPOINTS="name[=N][@i,j];..." where `@i,j` limits a failpoint to the children with
  * those incarnation numbers (NATIVEGEN_INCARNATION, counted from 1 by the host).
@@ -28,6 +28,10 @@ export interface Failpoints {
   readonly slowLoadSteps?: number
   /** Stop making progress (forever) when asked to load a model. */
   readonly hangDuringLoad?: true
+  /** Send the N-th decoded token (counted over the child's life) with a value that fails its schema. */
+  readonly invalidReplyAtToken?: number
+  /** Send the first score result after warm-up with a value that fails its schema. */
+  readonly invalidScoreReply?: true
 }
 
 const numeric = new Set([
@@ -36,9 +40,10 @@ const numeric = new Set([
   "garbageAfterTokens",
   "oversizedFrameAfterTokens",
   "partialFrameAfterTokens",
-  "slowLoadSteps"
+  "slowLoadSteps",
+  "invalidReplyAtToken"
 ])
-const flags = new Set(["crashDuringLoad", "failScore", "hangScore", "hangDuringLoad"])
+const flags = new Set(["crashDuringLoad", "failScore", "hangScore", "hangDuringLoad", "invalidScoreReply"])
 
 export const parseFailpoints = (spec: string | undefined, incarnation: number): Failpoints | undefined => {
   if (spec === undefined || spec.trim() === "") return undefined

@@ -140,6 +140,13 @@ export class HeadScore extends Schema.Class<HeadScore>("HeadScore")({
 
 export const HeadRequest = Schema.Struct({ name: Schema.String, labels: Schema.Array(Schema.String) })
 
+/** A score's progress: one Prefilled per prompt chunk (the host's step deadline is per event), then Scored. */
+export const ScoreEvent = Schema.Union(
+  Schema.TaggedStruct("Prefilled", { done: Schema.Int, total: Schema.Int }),
+  Schema.TaggedStruct("Scored", { heads: Schema.Array(HeadScore) })
+)
+export type ScoreEvent = typeof ScoreEvent.Type
+
 export class EngineRpcs extends RpcGroup.make(
   Rpc.make("Hello", { success: HelloInfo }),
   Rpc.make("Memory", { success: MemoryReading }),
@@ -216,10 +223,12 @@ export class EngineRpcs extends RpcGroup.make(
     stream: true
   }),
   Rpc.make("End", { payload: { generationId: Schema.String } }),
+  /** Scores labels on the decision model; the prompt is prefilled in chunks of `prefillChunk` tokens. */
   Rpc.make("Score", {
-    payload: { prompt: Tokens, heads: Schema.Array(HeadRequest) },
-    success: Schema.Array(HeadScore),
-    error: EngineError
+    payload: { prompt: Tokens, heads: Schema.Array(HeadRequest), prefillChunk: Schema.Int },
+    success: ScoreEvent,
+    error: EngineError,
+    stream: true
   }),
   Rpc.make("Shutdown", {})
 ) {}

@@ -9,17 +9,23 @@ import * as NodeSink from "@effect/platform-node/NodeSink"
 import * as NodeStream from "@effect/platform-node/NodeStream"
 import * as RpcSerialization from "@effect/rpc/RpcSerialization"
 import * as RpcServer from "@effect/rpc/RpcServer"
+import * as Cause from "effect/Cause"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
 import * as Net from "node:net"
+import { EngineFailure } from "../domain/EngineError.js"
 import { makeEngine } from "./Engine.js"
 import { parseFailpoints } from "./Failpoints.js"
 import { childSettingsFromEnv } from "./ChildSettings.js"
 import { engineSerialization } from "./Framing.js"
 import { EngineRpcs } from "./Protocol.js"
+import { withReplyFaults } from "./ReplyFaults.js"
 
 const settings = childSettingsFromEnv(process.env)
+const failpoints = parseFailpoints(process.env.NATIVEGEN_FAILPOINTS, Number(process.env.NATIVEGEN_INCARNATION ?? 1))
 const channel = new Net.Socket({ fd: 3, readable: true, writable: true })
 // The host is gone when the channel closes; give the runtime a moment to dispose, then leave.
 channel.on("close", () => {
@@ -29,12 +35,25 @@ channel.on("close", () => {
 const ProtocolLive = RpcServer.layerProtocolStdio({
   stdin: NodeStream.fromReadable<Error, Uint8Array>(() => channel, (cause) => cause as Error),
   stdout: NodeSink.fromWritable(() => channel, (cause) => cause as Error)
-}).pipe(Layer.provide(Layer.succeed(RpcSerialization.RpcSerialization, engineSerialization)))
+}).pipe(Layer.provide(Layer.succeed(RpcSerialization.RpcSerialization, withReplyFaults(engineSerialization, failpoints))))
+
+const failureOf = (operation: string, defect: unknown) =>
+  new EngineFailure({ operation, reason: defect instanceof Error ? defect.message : String(defect) })
+
+/**
+ * A defect in a handler (a bug, or a library that throws) answers its request with a typed
+ * EngineFailure instead of crossing the protocol as a defect the host cannot type.
+ */
+const typed = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
+  Effect.catchAllDefect(effect, (defect) => Effect.fail(failureOf(operation, defect)))
+
+const typedStream = <A, E, R>(operation: string, stream: Stream.Stream<A, E, R>) =>
+  Stream.catchSomeCause(stream, (cause) => Option.map(Cause.dieOption(cause), (defect) => Stream.fail(failureOf(operation, defect))))
 
 const main = Effect.gen(function*() {
   const shutdown = yield* Deferred.make<void>()
   const faults = {
-    failpoints: parseFailpoints(process.env.NATIVEGEN_FAILPOINTS, Number(process.env.NATIVEGEN_INCARNATION ?? 1)),
+    failpoints,
     writeRaw: (bytes: Uint8Array) => void channel.write(bytes),
     exit: () => channel.end(() => process.exit(3))
   }
@@ -42,20 +61,23 @@ const main = Effect.gen(function*() {
   const Handlers = EngineRpcs.toLayer({
     Hello: () => engine.hello,
     Memory: () => engine.memory,
-    Plan: ({ contextSizes, modelPath, sequences }) => engine.plan(modelPath, contextSizes, sequences),
-    Load: ({ contextSize, modelPath, role, sequences }) => engine.load(role, modelPath, contextSize, sequences),
-    Unload: ({ role }) => engine.unload(role),
-    Tokenize: ({ role, specialTokens, text }) => engine.tokenize(role, text, specialTokens),
-    Detokenize: ({ role, tokens }) => engine.detokenize(role, tokens),
-    Render: ({ addGenerationPrompt, messages, role }) => engine.render(role, messages, addGenerationPrompt),
-    RenderText: ({ addGenerationPrompt, messages, role }) => engine.renderText(role, messages, addGenerationPrompt),
-    SaveState: ({ path, sequence }) => engine.saveState(sequence, path),
-    RestoreState: ({ path, sequence }) => engine.restoreState(sequence, path),
-    Begin: (request) => engine.begin(request),
+    Plan: ({ contextSizes, modelPath, sequences }) => typed("plan", engine.plan(modelPath, contextSizes, sequences)),
+    Load: ({ contextSize, modelPath, role, sequences }) =>
+      typedStream("load", engine.load(role, modelPath, contextSize, sequences)),
+    Unload: ({ role }) => typed("unload", engine.unload(role)),
+    Tokenize: ({ role, specialTokens, text }) => typed("tokenize", engine.tokenize(role, text, specialTokens)),
+    Detokenize: ({ role, tokens }) => typed("detokenize", engine.detokenize(role, tokens)),
+    Render: ({ addGenerationPrompt, messages, role }) => typed("render", engine.render(role, messages, addGenerationPrompt)),
+    RenderText: ({ addGenerationPrompt, messages, role }) =>
+      typed("renderText", engine.renderText(role, messages, addGenerationPrompt)),
+    SaveState: ({ path, sequence }) => typed("saveState", engine.saveState(sequence, path)),
+    RestoreState: ({ path, sequence }) => typed("restoreState", engine.restoreState(sequence, path)),
+    Begin: (request) => typed("begin", engine.begin(request)),
     // Run ahead of the host by a few steps; a pause replays whatever the host did not receive.
+    // Not wrapped: per token, and every native call in it is already typed by its step.
     Advance: ({ fromIndex, generationId }) => engine.advance(generationId, fromIndex),
     End: ({ generationId }) => engine.end(generationId),
-    Score: ({ heads, prompt }) => engine.score(prompt, heads),
+    Score: ({ heads, prefillChunk, prompt }) => typedStream("score", engine.score(prompt, heads, prefillChunk)),
     Shutdown: () => Deferred.succeed(shutdown, undefined)
   })
   yield* Layer.launch(RpcServer.layer(EngineRpcs, { disableFatalDefects: true }).pipe(Layer.provide([Handlers, ProtocolLive]))).pipe(

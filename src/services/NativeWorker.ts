@@ -9,9 +9,11 @@
  * replacement takes over. Beyond the restart budget it stops restarting, reports `failed` with the
  * reason, and tries again after a backoff or an explicit `repair()`.
  *
- * Requests that had not reached the child wait for a ready engine (bounded); a generation that was
- * streaming fails with GenerationFailed saying how many tokens were delivered; a score is retried
- * once on the replacement.
+ * Requests that had not reached the child wait for a ready engine (bounded); a generation whose
+ * child fails before its first token was delivered runs again on the replacement (once); one that
+ * was streaming fails with GenerationFailed saying how many tokens were delivered; a score is
+ * retried once on the replacement. A reply that fails its schema is a protocol fault of the child.
+ * A repair, once begun, runs to its end whoever asked for it: the state ends `ready` or `failed`.
  */
 import * as Socket from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
@@ -24,6 +26,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as ParseResult from "effect/ParseResult"
 import * as Ref from "effect/Ref"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
@@ -114,8 +117,14 @@ export interface NativeWorkerConfigShape {
   readonly recoveryLogLength: number
   /** Recovery actions taken before this worker was made (the runtime's model fallbacks), listed first. Default none. */
   readonly recoveryActions?: ReadonlyArray<RecoveryAction> | undefined
-  /** Extra child environment (test failpoints); not reachable from any public interface. */
-  readonly childEnv?: Readonly<Record<string, string>> | undefined
+  /**
+   * Variables set only in engine children, never in the host (driver settings such as
+   * `VK_DRIVER_FILES` or `CUDA_VISIBLE_DEVICES` for the engine alone, test failpoints). Children do
+   * not get the host's whole environment: only PATH, HOME, the locale, TMPDIR, and what
+   * node-llama-cpp, ggml and the GPU runtimes read (the list is in native/ChildEnvironment.ts),
+   * then these, then the child's settings (which these cannot override). Default {}.
+   */
+  readonly childEnv: Readonly<Record<string, string>>
   /**
    * Resources each child holds for its whole life, typically the Store's reader leases on the
    * model artifacts. Acquired before the child is spawned, released only after its exit has been
@@ -145,7 +154,8 @@ export class NativeWorkerConfig extends Context.Tag("nativegen/NativeWorkerConfi
     restartPeriod: Duration.seconds(60),
     restartBackoff: Duration.seconds(30),
     readyTimeout: Duration.seconds(60),
-    recoveryLogLength: 32
+    recoveryLogLength: 32,
+    childEnv: {}
   }
   static readonly layer = (config: Partial<NativeWorkerConfigShape>) =>
     Layer.succeed(NativeWorkerConfig, { ...NativeWorkerConfig.defaults, ...config })
@@ -208,6 +218,11 @@ export interface GenerateRequest {
   readonly reuseOnGrid?: boolean | undefined
 }
 
+/**
+ * A generation's events. `Started` comes first; when the child fails before the first token was
+ * delivered, the generation starts again on the replacement and `Started` (with that child's
+ * reuse) comes once more, followed by its Prefilled and Token events from the beginning.
+ */
 export type GenerationEvent = AdvanceEvent | { readonly _tag: "Started"; readonly reusedTokens: number }
 
 export type WorkerError = EngineError | EngineUnavailable
@@ -215,10 +230,16 @@ export type WorkerError = EngineError | EngineUnavailable
 export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWorker, {
   /** Streams a generation's steps: Started (with reused prompt tokens), Prefilled chunks, Tokens, Finished. */
   readonly generate: (request: GenerateRequest) => Stream.Stream<GenerationEvent, WorkerError | GenerationFailed>
-  /** Per head, each label's teacher-forced log-likelihood, probability and rank, from the decision model. */
+  /**
+   * Per head, each label's teacher-forced log-likelihood, probability and rank, from the decision
+   * model. The prompt is prefilled in chunks of `prefillChunk` tokens, each a step of its own:
+   * interrupting the call stops it at the next chunk. `onPrefilled` sees each chunk's progress.
+   * Decisions run one at a time; a decision lost with its child is retried once on the replacement.
+   */
   readonly score: (
     prompt: ReadonlyArray<number>,
-    heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>
+    heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>,
+    onPrefilled?: (done: number, total: number) => Effect.Effect<void>
   ) => Effect.Effect<ReadonlyArray<HeadScore>, WorkerError>
   readonly tokenize: (role: Role, text: string, specialTokens?: boolean) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   readonly detokenize: (role: Role, tokens: ReadonlyArray<number>) => Effect.Effect<string, WorkerError>
@@ -298,29 +319,75 @@ export const make = Effect.gen(function*() {
       Ref.update(actions, (list) => [...list, { ...action, at: new Date(now) }].slice(-config.recoveryLogLength))
     )
 
-  /** Runs a call on a child with a progress deadline; transport failures and hangs become ChildFailed. */
-  const guarded = <A, E>(child: EngineChild, call: Effect.Effect<A, E>, deadline = config.stepDeadline) =>
-    call.pipe(
-      // A call to a stuck child cannot be interrupted promptly (the interrupt waits on the child):
-      // the deadline abandons it, and it ends when the child is stopped.
-      // A call cut off by its connection closing (the broken child's client is being torn down)
-      // ends as an interruption of the call alone: that is the child's failure, not the caller's.
+  /**
+   * Runs a call on a child with a progress deadline (none: the call has its own, per stream event);
+   * transport failures, replies that fail their schema and hangs become ChildFailed.
+   */
+  const guarded = <A, E>(
+    child: EngineChild,
+    call: Effect.Effect<A, E>,
+    deadline: Duration.Duration | undefined = config.stepDeadline
+  ) => {
+    // A call to a stuck child cannot be interrupted promptly (the interrupt waits on the child):
+    // the deadline abandons it, and it ends when the child is stopped.
+    // A call cut off by its connection closing (the broken child's client is being torn down)
+    // ends as an interruption of the call alone: that is the child's failure, not the caller's.
+    const disconnected = call.pipe(
       Effect.catchAllCause((cause): Effect.Effect<A, E | ChildFailed> =>
         Cause.isInterruptedOnly(cause)
           ? Effect.fail(new ChildFailed({ kind: "protocol", reason: "the engine connection closed during the call" }))
           : Effect.failCause(cause)
       ),
-      Effect.disconnect,
-      Effect.timeoutFail({
-        duration: deadline,
-        onTimeout: () => new ChildFailed({ kind: "hang", reason: `no progress for ${Duration.format(deadline)}` })
-      }),
+      Effect.disconnect
+    )
+    const bounded = deadline === undefined ? disconnected : Effect.timeoutFail(disconnected, {
+      duration: deadline,
+      onTimeout: () => new ChildFailed({ kind: "hang", reason: `no progress for ${Duration.format(deadline)}` })
+    })
+    return bounded.pipe(
       Effect.catchAll((e) => (isRpcClientError(e) ? childFailure(child, e.message) : Effect.fail(e))),
-      // The RPC client dies on a socket write to a child that is gone (EPIPE): that is the child's fault.
-      Effect.catchSomeDefect((defect) =>
-        Socket.isSocketError(defect) ? Option.some(childFailure(child, defect.message)) : Option.none()
-      )
+      Effect.catchSomeDefect((defect) => childDefect(child, defect))
     ) as Effect.Effect<A, Exclude<E, { readonly _tag: "RpcClientError" }> | ChildFailed>
+  }
+
+  /**
+   * A defect of a call that is the child's fault: the RPC client dies on a socket write to a child
+   * that is gone (EPIPE), and on a reply that fails its schema inside a valid frame.
+   */
+  const childDefect = (child: EngineChild, defect: unknown): Option.Option<Effect.Effect<never, ChildFailed>> =>
+    Socket.isSocketError(defect)
+      ? Option.some(childFailure(child, defect.message))
+      : ParseResult.isParseError(defect)
+      ? Option.some(Effect.fail(new ChildFailed({ kind: "protocol", reason: `a reply failed its schema: ${defect.message}` })))
+      : Option.none()
+
+  /**
+   * A streamed call with the step deadline per event; transport failures, replies that fail their
+   * schema and hangs go to `onChildFailed` (one handler on the stream: nothing more per event).
+   */
+  const guardedStream = <A, E, A2, E2>(
+    child: EngineChild,
+    stream: Stream.Stream<A, E>,
+    onChildFailed: (failure: ChildFailed) => Stream.Stream<A2, E2>
+  ): Stream.Stream<A | A2, Exclude<E, { readonly _tag: "RpcClientError" }> | E2> =>
+    stream.pipe(
+      Stream.catchSomeCause((cause) =>
+        Cause.isInterruptedOnly(cause)
+          ? Option.some(Stream.fail(new ChildFailed({ kind: "protocol", reason: "the engine connection closed mid-stream" })))
+          : Option.map(Option.flatMap(Cause.dieOption(cause), (defect) => childDefect(child, defect)), Stream.fromEffect)
+      ),
+      Stream.timeoutFail(
+        () => new ChildFailed({ kind: "hang", reason: `no step for ${Duration.format(config.stepDeadline)}` }),
+        config.stepDeadline
+      ),
+      Stream.catchAll((e): Stream.Stream<A2, Exclude<E, { readonly _tag: "RpcClientError" }> | E2> =>
+        isChildFailed(e)
+          ? onChildFailed(e)
+          : isRpcClientError(e)
+          ? Stream.unwrap(Effect.map(Effect.flip(childFailure(child, e.message)), onChildFailed))
+          : Stream.fail(e as Exclude<E, { readonly _tag: "RpcClientError" }>)
+      )
+    )
 
   /** A transport failure: the child's exit, when the process reports one promptly, else a protocol fault. */
   const childFailure = (child: EngineChild, message: string) =>
@@ -346,7 +413,8 @@ export const make = Effect.gen(function*() {
       }
       const child = yield* spawn({
         settings: config.child,
-        env: { ...config.childEnv, NATIVEGEN_INCARNATION: String(number) },
+        env: config.childEnv,
+        incarnation: number,
         execPath: config.execPath,
         stopTimeout: config.stopTimeout
       }).pipe(
@@ -407,14 +475,17 @@ export const make = Effect.gen(function*() {
       return incarnation
     })
     return yield* started.pipe(
-      Effect.catchAll((e) =>
+      // Whatever ends a start (a defect included) closes its scope and is a failed start, so the
+      // restart loop always gets an answer.
+      Effect.catchAllCause((cause) =>
         Effect.zipRight(
           Scope.close(scope, Exit.void),
-          Effect.fail(
-            e._tag === "ChildFailed"
-              ? e
-              : new ChildFailed({ kind: "start", reason: `${e._tag}: ${e.message}` })
-          )
+          Cause.isInterruptedOnly(cause)
+            ? Effect.interrupt
+            : Effect.fail(Option.match(Cause.failureOption(cause), {
+              onNone: () => new ChildFailed({ kind: "start", reason: `defect: ${Cause.pretty(cause)}` }),
+              onSome: (e): ChildFailed => e
+            }))
         )
       ),
       Effect.onInterrupt(() => Scope.close(scope, Exit.void))
@@ -440,7 +511,11 @@ export const make = Effect.gen(function*() {
         yield* guarded(child, Stream.runDrain(child.client.Advance({ generationId, fromIndex: 0 })))
         yield* guarded(child, child.client.End({ generationId }))
       } else {
-        yield* guarded(child, child.client.Score({ prompt, heads: [{ name: "warm-up", labels: ["yes", "no"] }] }))
+        yield* guarded(child, Stream.runDrain(child.client.Score({
+          prompt,
+          heads: [{ name: "warm-up", labels: ["yes", "no"] }],
+          prefillChunk: config.prefillChunk
+        })))
       }
     }).pipe(
       Effect.catchIf(
@@ -477,7 +552,7 @@ export const make = Effect.gen(function*() {
           yield* logAction({ kind: "budget", reason, outcome: "gave-up" })
           yield* Effect.logError(reason)
           backoffFiber = yield* Effect.sleep(config.restartBackoff).pipe(
-            Effect.zipRight(repairNow("backoff expired")),
+            Effect.zipRight(repairDetached("backoff expired")),
             Effect.forkIn(workerScope)
           )
           return
@@ -535,6 +610,13 @@ export const make = Effect.gen(function*() {
       })
     )
 
+  /**
+   * A repair of a failed worker, run to its end in the worker's scope: whoever asked for it only
+   * waits, so interrupting them (or the backoff timer) never stops a repair halfway, and the
+   * state always ends `ready` or `failed`.
+   */
+  const repairDetached = (why: string) => Effect.flatMap(Effect.forkIn(repairNow(why), workerScope), Fiber.join)
+
   /** The ready incarnation, waiting (bounded) while the engine starts or repairs. */
   const ready: Effect.Effect<Incarnation, EngineUnavailable> = status.changes.pipe(
     Stream.filter((s) => s.state === "ready" || s.state === "failed" || s.state === "stopped"),
@@ -551,9 +633,12 @@ export const make = Effect.gen(function*() {
   )
 
   /** Runs a call on the ready child; a child failure is reported (repair) and surfaces as ChildFailed. */
-  const onReady = <A, E>(call: (incarnation: Incarnation) => Effect.Effect<A, E>) =>
+  const onReady = <A, E>(
+    call: (incarnation: Incarnation) => Effect.Effect<A, E>,
+    deadline: Duration.Duration | undefined = config.stepDeadline
+  ) =>
     Effect.flatMap(ready, (incarnation) =>
-      guarded(incarnation.child, call(incarnation)).pipe(
+      guarded(incarnation.child, call(incarnation), deadline).pipe(
         Effect.tapError((e) => (isChildFailed(e) ? onFailure(incarnation.number, e) : Effect.void))
       )
     )
@@ -574,17 +659,36 @@ export const make = Effect.gen(function*() {
 
   const call = <A, E>(f: (incarnation: Incarnation) => Effect.Effect<A, E>) => unavailable(retryOnce(onReady(f)))
 
-  const generate = (request: GenerateRequest): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> =>
+  /** Whether an incarnation is still the one serving (not replaced, not being repaired). */
+  const isCurrent = (incarnation: Incarnation) =>
+    Effect.map(SubscriptionRef.get(status), (s) => s.current?.number === incarnation.number)
+
+  const generate = (request: GenerateRequest) => generation(request, true)
+
+  /**
+   * One attempt at a generation. A child failure before the first token reached the caller starts
+   * it again on the replacement (`mayRetry`, once); after that the stream fails with
+   * GenerationFailed, so no token is ever delivered twice.
+   */
+  const generation = (
+    request: GenerateRequest,
+    mayRetry: boolean
+  ): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
         const generationId = Crypto.randomUUID()
         // End is registered before Begin is sent: a caller interrupted while Begin is in flight
-        // still ends it (the child remembers an End that overtakes its Begin).
+        // still ends it (the child remembers an End that overtakes its Begin). A child that was
+        // replaced meanwhile took the generation with it.
         let begunOn: Incarnation | undefined
         yield* Effect.addFinalizer(() =>
-          Effect.suspend(() =>
-            begunOn === undefined ? Effect.void : Effect.ignore(guarded(begunOn.child, begunOn.child.client.End({ generationId })))
-          )
+          Effect.suspend(() => {
+            const incarnation = begunOn
+            if (incarnation === undefined) return Effect.void
+            return Effect.flatMap(isCurrent(incarnation), (current) =>
+              current ? Effect.ignore(guarded(incarnation.child, incarnation.child.client.End({ generationId }))) : Effect.void
+            )
+          })
         )
         const { incarnation, reusedTokens } = yield* unavailable(retryOnce(onReady((incarnation) =>
           Effect.zipRight(
@@ -606,34 +710,19 @@ export const make = Effect.gen(function*() {
             }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
           )
         )))
-        const { child } = incarnation
         let delivered = 0
-        const steps = child.client.Advance({ generationId, fromIndex: 0 }).pipe(
-          Stream.catchSomeCause((cause) =>
-            Cause.isInterruptedOnly(cause)
-              ? Option.some(Stream.fail(new ChildFailed({ kind: "protocol", reason: "the engine connection closed mid-stream" })))
-              : Option.flatMap(Cause.dieOption(cause), (defect) =>
-                Socket.isSocketError(defect) ? Option.some(Stream.fail(new ChildFailed({ kind: "exit", reason: defect.message }))) : Option.none()
-              )
-          ),
-          Stream.timeoutFail(
-            () => new ChildFailed({ kind: "hang", reason: `no step for ${Duration.format(config.stepDeadline)}` }),
-            config.stepDeadline
-          ),
-          Stream.catchAll((e): Stream.Stream<never, WorkerError | GenerationFailed> => {
-            if (e._tag === "ChildFailed" || e._tag === "RpcClientError") {
-              const failure = e._tag === "ChildFailed" ? Effect.succeed(e) : Effect.flip(childFailure(child, e.message))
-              return Stream.fromEffect(
-                Effect.flatMap(failure, (f) =>
-                  Effect.zipRight(
-                    onFailure(incarnation.number, f),
-                    Effect.fail(new GenerationFailed({ deliveredTokens: delivered, reason: f.reason }))
-                  )
-                )
-              )
-            }
-            return Stream.fail(e)
-          }),
+        const steps = guardedStream(
+          incarnation.child,
+          incarnation.child.client.Advance({ generationId, fromIndex: 0 }),
+          (failure): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> => {
+            const repair = onFailure(incarnation.number, failure)
+            // Nothing reached the caller yet: start again on the replacement (which waits for it).
+            if (mayRetry && delivered === 0) return Stream.unwrap(Effect.as(repair, generation(request, false)))
+            return Stream.fromEffect(
+              Effect.zipRight(repair, Effect.fail(new GenerationFailed({ deliveredTokens: delivered, reason: failure.reason })))
+            )
+          }
+        ).pipe(
           Stream.tap((e) =>
             Effect.sync(() => {
               if (e._tag === "Token") delivered++
@@ -644,9 +733,28 @@ export const make = Effect.gen(function*() {
       })
     )
 
-  const score: NativeWorker["Type"]["score"] = (prompt, heads) => {
+  /** One decision at a time per child (its decision sequence); the step deadline runs per prompt chunk. */
+  const scoring = yield* Effect.makeSemaphore(1)
+
+  const score: NativeWorker["Type"]["score"] = (prompt, heads, onPrefilled) => {
+    const scoreOn = (incarnation: Incarnation) =>
+      guardedStream(
+        incarnation.child,
+        incarnation.child.client.Score({ prompt, heads, prefillChunk: config.prefillChunk }),
+        (failure) => Stream.fail(failure)
+      ).pipe(
+        Stream.runFoldEffect(undefined as ReadonlyArray<HeadScore> | undefined, (result, event) =>
+          event._tag === "Scored"
+            ? Effect.succeed(event.heads)
+            : Effect.as(onPrefilled === undefined ? Effect.void : onPrefilled(event.done, event.total), result)),
+        Effect.flatMap((result) =>
+          result === undefined
+            ? Effect.fail(new ChildFailed({ kind: "protocol", reason: "a score ended without its result" }))
+            : Effect.succeed(result)
+        )
+      )
     // Scoring is idempotent: a score lost with its child is retried once on the replacement.
-    return call((incarnation) => incarnation.child.client.Score({ prompt, heads }))
+    return scoring.withPermits(1)(unavailable(retryOnce(onReady(scoreOn, undefined))))
   }
 
   const readiness = Effect.gen(function*() {
@@ -717,7 +825,7 @@ export const make = Effect.gen(function*() {
     states: Stream.changes(Stream.map(status.changes, (s) => s.state)),
     repair: Effect.zipRight(
       Effect.suspend(() => (backoffFiber === undefined ? Effect.void : Fiber.interrupt(backoffFiber))),
-      repairNow("explicit repair request")
+      repairDetached("explicit repair request")
     )
   })
 })

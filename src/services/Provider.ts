@@ -249,6 +249,11 @@ export const make = Effect.gen(function*() {
       const prompt = typeof request.prompt === "string"
         ? yield* worker.tokenize("decision", request.prompt)
         : yield* worker.render("decision", request.prompt)
+      // The exact budget, as for generations: the prompt and the longest label must fit the
+      // admitted context, checked here with the numbers before anything is queued or scored.
+      const labels = new Set(request.heads.flatMap((h) => h.labels))
+      const labelTokens = yield* Effect.forEach(labels, (label) => worker.tokenize("decision", label), { concurrency: "unbounded" })
+      yield* admission.checkTokens("decision", prompt.length, Math.max(0, ...labelTokens.map((t) => t.length)))
       const { queuedMillis } = yield* scheduler.decision(`decide-${Crypto.randomUUID().slice(0, 8)}`, request.heads.length)
       const heads = yield* worker.score(prompt, request.heads)
       const now = yield* Clock.currentTimeMillis

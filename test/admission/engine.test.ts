@@ -19,7 +19,7 @@ import * as Runtime from "../../src/layers/Runtime.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import * as Scheduler from "../../src/services/Scheduler.js"
-import { testChild, workerLayer } from "../support/engine.js"
+import { testChild, testRunEnv, workerLayer } from "../support/engine.js"
 
 const MiB = 1024 * 1024
 const sequences = Scheduler.sequencesOf(Scheduler.SchedulerConfig.defaults)
@@ -151,7 +151,7 @@ describe("Admission with a real engine child", () => {
         for (const [size, need] of gen) if (size > 2048) assert.isAbove(need, gen.get(2048)!, `size ${size}`)
         const runtime = Runtime.layerWithModels({ generation, decision }, {
           admission: { ...base, capBytes },
-          worker: { child: testChild, stopTimeout: Duration.seconds(3) }
+          worker: { child: testChild, childEnv: testRunEnv, stopTimeout: Duration.seconds(3) }
         })
         yield* Effect.scoped(Effect.gen(function*() {
           const context = yield* Layer.build(runtime)
@@ -179,7 +179,7 @@ describe("Admission with a real engine child", () => {
         const capBytes = dec.get(256)! + gen.get(256)! + base.workspaceReservationBytes - 1
         const runtime = Runtime.layerWithModels({ generation, decision }, {
           admission: { ...base, capBytes },
-          worker: { child: testChild, stopTimeout: Duration.seconds(3) }
+          worker: { child: testChild, childEnv: testRunEnv, stopTimeout: Duration.seconds(3) }
         })
         const error = yield* Effect.flip(Effect.scoped(Layer.build(runtime)))
         assert.strictEqual(error._tag, "ContextAdmissionFailed")
@@ -192,7 +192,7 @@ describe("Admission with a real engine child", () => {
         yield* Effect.scoped(Effect.gen(function*() {
           const context = yield* Layer.build(Runtime.layerWithModels({ generation, decision }, {
             admission: { ...base, capBytes: 2048 * MiB },
-            worker: { child: testChild, stopTimeout: Duration.seconds(3) }
+            worker: { child: testChild, childEnv: testRunEnv, stopTimeout: Duration.seconds(3) }
           }))
           const status = yield* Context.get(context, Admission.Admission).status
           const resident = status.admitted!.residentBytes

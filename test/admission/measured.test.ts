@@ -17,11 +17,11 @@ import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { type EngineChild, spawn } from "../../src/native/ChildProcess.js"
 import type { Role } from "../../src/native/Protocol.js"
 import * as Admission from "../../src/services/Admission.js"
-import { testChild } from "../support/engine.js"
+import { testChild, testRunEnv } from "../support/engine.js"
 
 class Child extends Context.Tag("test/admission/Child")<Child, EngineChild>() {}
 
-const childLayer = Layer.scoped(Child, spawn({ settings: testChild, stopTimeout: Duration.seconds(3) }))
+const childLayer = Layer.scoped(Child, spawn({ settings: testChild, env: testRunEnv, stopTimeout: Duration.seconds(3) }))
 
 const hasProc = Fs.existsSync("/proc/self/status")
 
@@ -78,7 +78,7 @@ describe("Admission plan margin against measured memory", () => {
             yield* Stream.runDrain(client.Advance({ generationId: "measure", fromIndex: 0 }))
             yield* client.End({ generationId: "measure" })
           } else {
-            yield* client.Score({ prompt: input, heads: [{ name: "h", labels: ["yes", "no"] }] })
+            yield* Stream.runDrain(client.Score({ prompt: input, heads: [{ name: "h", labels: ["yes", "no"] }], prefillChunk: 512 }))
           }
           const growth = (yield* rss(child.pid)) - before
           const charged = r.weightsBytes + r.contextBytes

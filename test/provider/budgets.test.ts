@@ -14,6 +14,7 @@ import { Scheduler } from "../../src/services/Scheduler.js"
 import { runtimeLayer } from "../support/engine.js"
 
 const CONTEXT = 512
+const DECISION_CONTEXT = 256
 const messages = [{ role: "user", content: "count the waves on the shore" }] as const
 
 const collect = (provider: Provider["Type"], request: GenerateRequest) =>
@@ -29,7 +30,7 @@ const answer = (chunks: ReadonlyArray<GenerateChunk>) =>
   chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
 
 describe("Provider budgets and validation", () => {
-  layer(runtimeLayer({ admission: { contextCap: { generation: CONTEXT, decision: 256 } } }), {
+  layer(runtimeLayer({ admission: { contextCap: { generation: CONTEXT, decision: DECISION_CONTEXT } } }), {
     timeout: 120_000,
     excludeTestServices: true
   })("generation context 512", (it) => {
@@ -50,6 +51,37 @@ describe("Provider budgets and validation", () => {
           const d = done(chunks)
           assert.deepStrictEqual([d.usage.promptTokens, d.usage.generatedTokens, d.stopReason], [prompt, maxTokens, "maxTokens"])
         }
+      }))
+
+    it.effect("a decision: prompt + longest label at the admitted decision context runs; one over is refused with the numbers before it is queued", () =>
+      Effect.gen(function*() {
+        const provider = yield* Provider
+        const scheduler = yield* Scheduler
+        const labels = ["yes", "not at all"]
+        const labelTokens = yield* Effect.forEach(labels, (text) => provider.count({ role: "decision", text }))
+        const longest = Math.max(...labelTokens.map((c) => c.tokens))
+        assert.strictEqual(labelTokens[0]!.admittedContext, DECISION_CONTEXT)
+        /** A prompt text of exactly `n` decision tokens ("a" is one token, and so is " a"). */
+        const promptOf = (n: number) =>
+          Effect.gen(function*() {
+            const text = Array.from({ length: n }, () => "a").join(" ")
+            assert.strictEqual((yield* provider.count({ role: "decision", text })).tokens, n)
+            return text
+          })
+        const fits = yield* promptOf(DECISION_CONTEXT - longest)
+        const over = yield* promptOf(DECISION_CONTEXT - longest + 1)
+        const refused = yield* Effect.flip(provider.decide({ prompt: over, heads: [{ name: "h", labels }] }))
+        assert(refused._tag === "ContextExceeded", `expected ContextExceeded, got ${refused._tag}`)
+        assert.deepStrictEqual(
+          [refused.role, refused.promptTokens, refused.outputTokens, refused.admittedContext],
+          ["decision", DECISION_CONTEXT - longest + 1, longest, DECISION_CONTEXT]
+        )
+        assert.match(refused.message, new RegExp(`exceed the admitted decision context of ${DECISION_CONTEXT}`))
+        const status = yield* scheduler.status
+        assert.deepStrictEqual([status.running, status.queued], [0, 0])
+        const decided = yield* provider.decide({ prompt: fits, heads: [{ name: "h", labels }] })
+        assert.strictEqual(decided.promptTokens, DECISION_CONTEXT - longest)
+        assert.strictEqual(decided.heads[0]!.labels.length, 2)
       }))
 
     it.effect("a stop string in the real output ends the answer right before it", () =>

@@ -8,6 +8,14 @@ import type { RuntimeOptions } from "../../src/layers/Runtime.js"
 
 export const testChild = { backend: "cpu", threads: 1, batchSize: 512 } as const
 
+/**
+ * This test run's marker (set by globalSetup), passed to engine children explicitly: they do not
+ * inherit the host's environment, and globalSetup finds leftover children by it.
+ */
+export const testRunEnv: Record<string, string> = process.env.NATIVEGEN_TEST_RUN === undefined
+  ? {}
+  : { NATIVEGEN_TEST_RUN: process.env.NATIVEGEN_TEST_RUN }
+
 /** A worker with tiny as the generation model and decision as the decision model, small contexts. */
 export const workerLayer = (overrides: Partial<NativeWorker.NativeWorkerConfigShape> = {}) =>
   // Fresh: it.layer shares a memo map per file, and each suite wants its own child.
@@ -21,17 +29,30 @@ export const workerLayer = (overrides: Partial<NativeWorker.NativeWorkerConfigSh
         },
         prefillChunk: 128,
         stopTimeout: Duration.seconds(3),
-        ...overrides
+        ...overrides,
+        childEnv: { ...testRunEnv, ...overrides.childEnv }
       })
     )
   )
 
-/** The whole runtime (worker, admission, scheduler, provider) over tiny and decision, by path. */
-export const runtimeLayer = (options: Partial<RuntimeOptions> = {}) =>
+/** The whole runtime (worker, admission, scheduler, provider) over tiny and decision (or the given models), by path. */
+export const runtimeLayer = (
+  options: Partial<RuntimeOptions> = {},
+  models: { readonly generation?: string; readonly decision?: string } = {}
+) =>
   Layer.fresh(
-    Runtime.layerWithModels({ generation: ensureModel("tiny"), decision: ensureModel("decision") }, {
+    Runtime.layerWithModels({
+      generation: models.generation ?? ensureModel("tiny"),
+      decision: models.decision ?? ensureModel("decision")
+    }, {
       ...options,
       admission: { contextCap: { generation: 4096, decision: 1024 }, workspaceReservationBytes: 64 * 1024 * 1024, ...options.admission },
-      worker: { child: testChild, prefillChunk: 128, stopTimeout: Duration.seconds(3), ...options.worker }
+      worker: {
+        child: testChild,
+        prefillChunk: 128,
+        stopTimeout: Duration.seconds(3),
+        ...options.worker,
+        childEnv: { ...testRunEnv, ...options.worker?.childEnv }
+      }
     })
   )

@@ -55,3 +55,38 @@ export const referenceChatTokens = async (
     await llama.dispose()
   }
 }
+
+/**
+ * Teacher-forced log-likelihood of each label after `prompt`, with the prompt evaluated in one
+ * call (one batch): the unchunked result that chunked decision scoring is compared with.
+ */
+export const referenceLabelLogLikelihoods = async (
+  modelPath: string,
+  prompt: ReadonlyArray<number>,
+  labels: ReadonlyArray<string>,
+  contextSize = 1024
+): Promise<Map<string, number>> => {
+  const llama = await getLlama({ build: "never", gpu: false, maxThreads: 1 })
+  const model = await llama.loadModel({ modelPath })
+  const context = await model.createContext({ contextSize, threads: 1, batchSize: contextSize })
+  try {
+    const sequence = context.getSequence()
+    const before = prompt.slice(0, -1) as Array<Token>
+    await sequence.evaluateWithoutGeneratingNewTokens(before)
+    const result = new Map<string, number>()
+    for (const label of labels) {
+      const tokens = model.tokenize(label, false)
+      const items = [prompt[prompt.length - 1]!, ...tokens.slice(0, -1)].map(
+        (token) => [token as Token, { generateNext: { probabilities: true, options: { temperature: 0 } } }] as const
+      )
+      const outputs = await sequence.controlledEvaluate(items.map(([t, o]) => [t, o]))
+      result.set(label, tokens.reduce((sum, token, i) => sum + Math.log(outputs[i]?.next?.probabilities?.get(token) ?? 0), 0))
+      await sequence.eraseContextTokenRanges([{ start: before.length, end: sequence.nextTokenIndex }])
+    }
+    return result
+  } finally {
+    await context.dispose()
+    await model.dispose()
+    await llama.dispose()
+  }
+}

@@ -1,0 +1,67 @@
+/**
+ * The environment of an engine child: not the host's whole environment (which may hold
+ * credentials and the embedding application's own settings), only what a Node process, llama.cpp
+ * and the GPU drivers read, then the configured `childEnv`, then the child's settings. Shared by
+ * both sides; imports nothing native.
+ */
+import { type ChildSettings, childSettingsToEnv } from "./ChildSettings.js"
+
+/**
+ * Host variables a child inherits by exact name: the executable search path and user basics,
+ * locale and time zone, temporary directories, and where GPU runtimes find their libraries and
+ * devices. NODE_OPTIONS is not among them: the child is started with its own flags, and the
+ * host's (a debugger, a loader) are not meant for it.
+ */
+export const inheritedNames: ReadonlySet<string> = new Set([
+  "PATH",
+  "HOME",
+  "USER",
+  "LOGNAME",
+  "LANG",
+  "LANGUAGE",
+  "TZ",
+  "TMPDIR",
+  "TMP",
+  "TEMP",
+  "LD_LIBRARY_PATH",
+  "CUDA_PATH",
+  "CUDA_VISIBLE_DEVICES",
+  "HIP_VISIBLE_DEVICES",
+  "ROCR_VISIBLE_DEVICES",
+  "GPU_DEVICE_ORDINAL"
+])
+
+/**
+ * Host variables a child inherits by prefix: locale categories, node-llama-cpp's own settings
+ * (NODE_LLAMA_CPP_GPU, _LOG_LEVEL, _DEBUG...), ggml's, and the GPU stacks' (Vulkan loader and ICD
+ * selection, CUDA, NVIDIA container variables, GL vendor selection of the Vulkan/EGL loaders).
+ */
+export const inheritedPrefixes: ReadonlyArray<string> = [
+  "LC_",
+  "NODE_LLAMA_CPP_",
+  "GGML_",
+  "VK_",
+  "CUDA_",
+  "NVIDIA_",
+  "__EGL_",
+  "__GLX_"
+]
+
+export const isInherited = (name: string): boolean =>
+  inheritedNames.has(name) || inheritedPrefixes.some((prefix) => name.startsWith(prefix))
+
+/**
+ * The child's environment: the inherited part of `host`, then `childEnv` (which may add or
+ * replace variables), then the settings and `fixed` (which `childEnv` cannot override).
+ */
+export const childEnvironment = (
+  host: Readonly<Record<string, string | undefined>>,
+  settings: ChildSettings,
+  childEnv: Readonly<Record<string, string>> = {},
+  fixed: Readonly<Record<string, string>> = {}
+): Record<string, string> => {
+  const inherited = Object.entries(host).filter((entry): entry is [string, string] =>
+    entry[1] !== undefined && isInherited(entry[0])
+  )
+  return { ...Object.fromEntries(inherited), ...childEnv, ...childSettingsToEnv(settings), ...fixed }
+}
