@@ -24,7 +24,7 @@ import * as Client from "../../src/rpc/Client.js"
 import * as Server from "../../src/rpc/Server.js"
 import { Provider } from "../../src/services/Provider.js"
 import { Store } from "../../src/services/Store.js"
-import { testChild } from "../support/engine.js"
+import { testChild, testRunEnv } from "../support/engine.js"
 import { bytesOf, envelope, makeKey, manifestOf, sha256 } from "../store/helpers.js"
 import { connect as rawConnect, request } from "./support/RawClient.js"
 import { tempDir } from "./support/serve.js"
@@ -46,7 +46,7 @@ const e2e = Layer.scoped(E2E, Effect.gen(function*() {
   const runtime = yield* Layer.build(Runtime.layer({
     store: { root: Path.join(dir, "store"), trustedKeys: [key.publicPem], reapGrace: Duration.zero },
     admission: { contextCap: { generation: 4096, decision: 1024 }, workspaceReservationBytes: 64 * 1024 * 1024 },
-    worker: { child: testChild, prefillChunk: 128, stopTimeout: Duration.seconds(3) }
+    worker: { child: testChild, childEnv: testRunEnv, prefillChunk: 128, stopTimeout: Duration.seconds(3) }
   }))
   const embedded = Context.get(runtime, Provider)
   const generations = yield* Queue.unbounded<Deferred.Deferred<Exit.Exit<unknown, unknown>>>()

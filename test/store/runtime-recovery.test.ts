@@ -21,7 +21,7 @@ import * as Runtime from "../../src/layers/Runtime.js"
 import { Provider } from "../../src/services/Provider.js"
 import * as Store from "../../src/services/Store.js"
 import * as Seed from "../../src/services/store/Seed.js"
-import { testChild } from "../support/engine.js"
+import { testChild, testRunEnv } from "../support/engine.js"
 import { envelope, makeKey, makeStore, sha256, type TestKey, tempDir } from "./helpers.js"
 
 /** The tiny model with `general.architecture` renamed: a valid GGUF header llama.cpp refuses to load. */
@@ -54,7 +54,7 @@ const activateFile = (store: Store.Store["Type"], key: TestKey, name: string, ro
 const runtimeOptions = (root: string, trusted: ReadonlyArray<TestKey>, trustSeedKey: boolean): Partial<Runtime.RuntimeOptions> => ({
   store: { root, trustedKeys: trusted.map((k) => k.publicPem), trustSeedKey, reapGrace: Duration.zero, seed: Seed.packaged },
   admission: { contextCap: { generation: 1024, decision: 512 }, workspaceReservationBytes: 64 * 1024 * 1024 },
-  worker: { child: testChild, prefillChunk: 128, stopTimeout: Duration.seconds(3) }
+  worker: { child: testChild, childEnv: testRunEnv, prefillChunk: 128, stopTimeout: Duration.seconds(3) }
 })
 
 const quiet = Logger.withMinimumLogLevel(LogLevel.None)
