@@ -2,8 +2,9 @@
  * The generation context's sequences (slots), handed out in lane order: a waiter of a higher lane
  * is served first, and FIFO within a lane. A conversation keeps its slot between turns (its KV
  * cache is its reuse); when every free slot belongs to some conversation, the least recently
- * used one is taken over. A waiter that is interrupted leaves the queue; a slot is released
- * exactly once, when the scope that acquired it closes.
+ * used one is taken over. The slots are a capacity behind the lane queue (internal/LaneQueue.ts):
+ * a waiter that is interrupted leaves the queue; a slot is released exactly once, when the scope
+ * that acquired it closes.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
