@@ -19,7 +19,6 @@ import * as Config from "effect/Config"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
@@ -45,14 +44,12 @@ import {
   WorkspaceTooLarge
 } from "./AdmissionError.js"
 import type { EngineError } from "../domain/EngineError.js"
+import * as LaneQueue from "../internal/LaneQueue.js"
 import { NativeWorker, type Planner, type WorkerAdmission, type WorkerError } from "./NativeWorker.js"
 
 export type { Admitted, AdmittedRole, LimitedBy, PlanMargin } from "./admission/ContextPlanner.js"
 export { LeaseKind } from "./AdmissionError.js"
 export { Lane } from "../native/Protocol.js"
-
-/** Lanes from the highest priority to the lowest. */
-export const LANES: ReadonlyArray<Lane> = ["decision", "foreground", "utility", "preparation"]
 
 const MiB = 1024 * 1024
 
@@ -262,20 +259,13 @@ interface Live {
   bytes: number
 }
 
-interface Waiter {
+/** A workspace request as it waits; its id becomes its lease's id when it is granted. */
+interface Pending {
   readonly id: number
   readonly lane: Lane
   readonly label: string
   readonly bytes: number
-  readonly deferred: Deferred.Deferred<Lease, WorkspaceTooLarge>
-  /** Set when the waiter was granted, so an interrupted waiter can give the lease back. */
-  granted: Lease | undefined
 }
-
-type Entry =
-  | { readonly _tag: "Granted"; readonly lease: Lease }
-  | { readonly _tag: "Waiting"; readonly waiter: Waiter }
-  | { readonly _tag: "TooLarge"; readonly error: WorkspaceTooLarge }
 
 const validateConfig = (config: AdmissionConfigShape) => {
   const problems: Array<string> = []
@@ -311,7 +301,6 @@ export const makeWith = (options: { readonly device: DeviceInfo; readonly plan: 
     }
 
     const live = new Map<number, Live>()
-    const queues: Record<Lane, Array<Waiter>> = { decision: [], foreground: [], utility: [], preparation: [] }
     let charged = 0
     /** Weights and KV: what workspace can never use while they are held. */
     let resident = 0
@@ -329,95 +318,43 @@ export const makeWith = (options: { readonly device: DeviceInfo; readonly plan: 
         budgetBytes: budget
       })
 
-    const open = (kind: LeaseKind, label: string, lane: Lane | undefined, bytes: number): Lease => {
-      const lease: Lease = { id: nextId++, kind, label, lane, bytes }
+    const open = (kind: LeaseKind, label: string, lane: Lane | undefined, bytes: number, id = nextId++): Lease => {
+      const lease: Lease = { id, kind, label, lane, bytes }
       live.set(lease.id, { lease, bytes })
       charged += bytes
       if (kind !== "workspace") resident += bytes
       return lease
     }
 
-    /** Serves waiters in order while the head fits; fails those that could never fit. Synchronous. */
-    const dispatch = () => {
-      const ceiling = workspaceCeiling()
-      for (const lane of LANES) {
-        const queue = queues[lane]
-        for (let i = queue.length - 1; i >= 0; i--) {
-          const w = queue[i]!
-          if (w.bytes > ceiling) {
-            queue.splice(i, 1)
-            Deferred.unsafeDone(w.deferred, Exit.fail(tooLarge(w.lane, w.label, w.bytes)))
-          }
-        }
-      }
-      for (const lane of LANES) {
-        const queue = queues[lane]
-        while (queue.length > 0) {
-          const head = queue[0]!
-          if (charged + head.bytes > budget) return
-          queue.shift()
-          head.granted = open("workspace", head.label, head.lane, head.bytes)
-          Deferred.unsafeDone(head.deferred, Exit.succeed(head.granted))
-        }
-      }
-    }
-
-    /** Releases a live lease; a second release of the same lease does nothing. */
-    const releaseNow = (id: number) => {
+    /** Removes a live lease's charge; a second release of the same lease does nothing. */
+    const free = (id: number) => {
       const l = live.get(id)
       if (l === undefined) return
       live.delete(id)
       charged -= l.bytes
       if (l.lease.kind !== "workspace") resident -= l.bytes
-      dispatch()
     }
-    const release = (lease: Lease) => Effect.sync(() => releaseNow(lease.id))
 
-    const ahead = (lane: Lane) => LANES.slice(0, LANES.indexOf(lane) + 1).some((l) => queues[l].length > 0)
+    /**
+     * Workspace waiters: served in lane order while the head fits; a waiter that could never fit
+     * (more than the budget minus the resident charges) fails instead of waiting forever.
+     */
+    const waiters = LaneQueue.make<Pending, Lease, WorkspaceTooLarge>({
+      take: (w) => (charged + w.bytes > budget ? undefined : open("workspace", w.label, w.lane, w.bytes, w.id)),
+      give: (lease) => free(lease.id),
+      refuse: (w) => (w.bytes > workspaceCeiling() ? tooLarge(w.lane, w.label, w.bytes) : undefined)
+    })
 
-    const enter = (lane: Lane, label: string, bytes: number, deferred: Deferred.Deferred<Lease, WorkspaceTooLarge>) =>
-      (): Entry => {
-        if (bytes > workspaceCeiling()) return { _tag: "TooLarge", error: tooLarge(lane, label, bytes) }
-        if (!ahead(lane) && charged + bytes <= budget) {
-          return { _tag: "Granted", lease: open("workspace", label, lane, bytes) }
-        }
-        const waiter: Waiter = { id: nextId++, lane, label, bytes, deferred, granted: undefined }
-        queues[lane].push(waiter)
-        return { _tag: "Waiting", waiter }
-      }
-
-    /** An interrupted waiter: leave the queue, or give back a lease granted in the meantime. */
-    const abandon = (waiter: Waiter) =>
+    const release = (lease: Lease) =>
       Effect.sync(() => {
-        if (waiter.granted !== undefined) return releaseNow(waiter.granted.id)
-        const queue = queues[waiter.lane]
-        const at = queue.indexOf(waiter)
-        if (at >= 0) queue.splice(at, 1)
-        // The head may have left: those behind it may fit now.
-        dispatch()
+        free(lease.id)
+        waiters.unsafeDispatch()
       })
 
     const workspace = Effect.fn("Admission.workspace")(function*(request: WorkspaceRequest) {
       const label = request.label ?? "workspace"
       if (!isBytes(request.bytes)) return yield* new InvalidCharge({ label, bytes: request.bytes })
-      return yield* Effect.uninterruptibleMask((restore) =>
-        Effect.gen(function*() {
-          const deferred = yield* Deferred.make<Lease, WorkspaceTooLarge>()
-          const entry = yield* Effect.sync(enter(request.lane, label, request.bytes, deferred))
-          let lease: Lease
-          switch (entry._tag) {
-            case "TooLarge":
-              return yield* entry.error
-            case "Granted":
-              lease = entry.lease
-              break
-            case "Waiting":
-              lease = yield* restore(Deferred.await(deferred)).pipe(Effect.onInterrupt(() => abandon(entry.waiter)))
-          }
-          yield* Effect.addFinalizer(() => release(lease))
-          return lease
-        })
-      )
+      return yield* waiters.acquire(request.lane, { id: nextId++, lane: request.lane, label, bytes: request.bytes })
     })
 
     const charge = Effect.fn("Admission.charge")(function*(kind: "weights" | "kv", label: string, bytes: number) {
@@ -437,7 +374,7 @@ export const makeWith = (options: { readonly device: DeviceInfo; readonly plan: 
           }
           const lease = open(kind, label, undefined, bytes)
           // Waiters that can no longer ever fit fail now rather than wait forever.
-          dispatch()
+          waiters.unsafeDispatch()
           return Effect.succeed(lease)
         }),
         release
@@ -453,7 +390,7 @@ export const makeWith = (options: { readonly device: DeviceInfo; readonly plan: 
         l.bytes += added
         charged += added
         if (l.lease.kind !== "workspace") resident += added
-        dispatch()
+        waiters.unsafeDispatch()
         return { added, before, after: l.bytes }
       })
       if (change === undefined) return 0
@@ -484,9 +421,7 @@ export const makeWith = (options: { readonly device: DeviceInfo; readonly plan: 
         byKind[l.lease.kind].bytes += l.bytes
         leases.push({ id: l.lease.id, kind: l.lease.kind, label: l.lease.label, lane: l.lease.lane, bytes: l.bytes })
       }
-      const waiting = LANES.flatMap((lane) =>
-        queues[lane].map((w): WaiterStatus => ({ id: w.id, lane: w.lane, label: w.label, bytes: w.bytes }))
-      )
+      const waiting = waiters.waiting().map((w): WaiterStatus => ({ id: w.id, lane: w.lane, label: w.label, bytes: w.bytes }))
       return {
         device,
         totalBytes: device.totalBytes,

@@ -16,9 +16,9 @@ import * as Scope from "effect/Scope"
 import * as TestClock from "effect/TestClock"
 import * as fc from "fast-check"
 import type { Lane } from "../../src/domain/Inference.js"
+import { lanes } from "../../src/internal/LaneQueue.js"
 import * as SlotPool from "../../src/services/scheduler/SlotPool.js"
 
-const LANES: ReadonlyArray<Lane> = ["decision", "foreground", "utility", "preparation"]
 const CONVERSATIONS = ["c0", "c1", "c2", "c3"] as const
 
 type Op =
@@ -33,7 +33,7 @@ const op: fc.Arbitrary<Op> = fc.oneof(
     weight: 4,
     arbitrary: fc.record({
       _tag: fc.constant("acquire" as const),
-      lane: fc.constantFrom(...LANES),
+      lane: fc.constantFrom(...lanes),
       conversation: fc.option(fc.constantFrom(...CONVERSATIONS), { nil: undefined })
     })
   },
@@ -74,7 +74,7 @@ class Model {
 
   /** The waiter served next: the first arrival of the highest lane that has one. */
   next(): Acquirer | undefined {
-    for (const lane of LANES) {
+    for (const lane of lanes) {
       const waiter = this.waiters.find((w) => w.request.lane === lane)
       if (waiter !== undefined) return waiter
     }
