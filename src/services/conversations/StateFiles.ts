@@ -121,7 +121,7 @@ const MAX_SIDECAR_BYTES = 16 * 1024 * 1024
 
 const SIDECAR = /^[0-9a-f]{64}\.json$/
 const STATE = /^([0-9a-f]{64})\.state$/
-const MOVED_ASIDE = /\.bad-[a-z0-9-]+-\d+$/
+const MOVED_ASIDE = /\.bad-[a-z0-9-]+-(\d+)$/
 const TEMP = /\.tmp-(\d+)-[0-9a-f]+$/
 
 const reasonOf = (e: unknown) =>
@@ -170,7 +170,11 @@ export const make = (options: Options) =>
         const state = STATE.exec(name)
         if (state !== null && !kept.has(state[1]!)) yield* remove(name)
       }
-      const movedAside = newestFirst(yield* Effect.forEach(names.filter((n) => MOVED_ASIDE.test(n)), dated))
+      // Newest by the time in the name (when it was moved aside; a rename keeps the file's mtime).
+      const movedAside = names.flatMap((name) => {
+        const at = MOVED_ASIDE.exec(name)
+        return at === null ? [] : [{ name, at: Number(at[1]) }]
+      }).sort((a, b) => b.at - a.at)
       for (const { name } of movedAside.slice(options.maxMovedAside)) yield* remove(name)
     })
 
