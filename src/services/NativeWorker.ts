@@ -327,7 +327,7 @@ export const make = Effect.gen(function*() {
   /** Spawns, greets, loads and warms a child. Its scope is closed again if any step fails. */
   const startIncarnation = Effect.gen(function*() {
     const number = ++incarnations
-    const scope = yield* Scope.fork(childrenScope, { _tag: "Sequential" } as never)
+    const scope = yield* Scope.fork(childrenScope, ExecutionStrategy.sequential)
     const started = Effect.gen(function*() {
       yield* setState("starting")
       if (config.childResources !== undefined) {

@@ -169,8 +169,8 @@ export const make = Effect.gen(function*() {
           confidence: request.probabilities,
           // A continuation keeps everything (its history was decoded token by token, which no
           // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
-          // continuation whose KV is not in the slot (its state file was refused) recomputes its
-          // history like a cold run.
+          // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
+          // its history like a cold run.
           reuseOnGrid: !continued || attached === "absent"
         }).pipe(
           Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
