@@ -151,22 +151,21 @@ export const make = Effect.gen(function*() {
       )
     })
 
-  const verify = (checkpoint: Checkpoint) =>
-    Effect.gen(function*() {
-      const conversation = checkpoint.conversation
-      const tokens = yield* recordOf(conversation)
-      if (tokens === undefined) {
-        return yield* refuse(conversation, "nothing is held for this conversation (unknown, or forgotten with no record on disk)")
-      }
-      if (!Number.isSafeInteger(checkpoint.tokens) || checkpoint.tokens <= 0 || checkpoint.tokens > tokens.length) {
-        return yield* refuse(conversation, `checkpoint of ${checkpoint.tokens} tokens is beyond the ${tokens.length} held`)
-      }
-      const prefix = tokens.subarray(0, checkpoint.tokens)
-      if (hashTokens(prefix) !== checkpoint.hash) {
-        return yield* refuse(conversation, `hash ${checkpoint.hash} does not match the held tokens`)
-      }
-      return { tokens: Array.from(prefix) }
-    })
+  const verify = Effect.fn("Conversations.verify")(function*(checkpoint: Checkpoint) {
+    const conversation = checkpoint.conversation
+    const tokens = yield* recordOf(conversation)
+    if (tokens === undefined) {
+      return yield* refuse(conversation, "nothing is held for this conversation (unknown, or forgotten with no record on disk)")
+    }
+    if (!Number.isSafeInteger(checkpoint.tokens) || checkpoint.tokens <= 0 || checkpoint.tokens > tokens.length) {
+      return yield* refuse(conversation, `checkpoint of ${checkpoint.tokens} tokens is beyond the ${tokens.length} held`)
+    }
+    const prefix = tokens.subarray(0, checkpoint.tokens)
+    if (hashTokens(prefix) !== checkpoint.hash) {
+      return yield* refuse(conversation, `hash ${checkpoint.hash} does not match the held tokens`)
+    }
+    return { tokens: Array.from(prefix) }
+  })
 
   /**
    * Saves the conversation held in `slot` (being taken over) to its state file, if its record
@@ -212,14 +211,15 @@ export const make = Effect.gen(function*() {
       return "restored" as const
     })
 
-  const attach = (conversation: string, slot: number, evicted: string | undefined) =>
-    serialized(Effect.gen(function*() {
+  const attach = Effect.fn("Conversations.attach")(function*(conversation: string, slot: number, evicted: string | undefined) {
+    return yield* serialized(Effect.gen(function*() {
       if (evicted !== undefined) yield* save(evicted, slot)
       const incarnation = (yield* worker.readiness).incarnation
       const memory = records.get(conversation)
       if (memory !== undefined && memory.slot === slot && memory.incarnation === incarnation) return "resident" as const
       return files === undefined ? "absent" as const : yield* restore(conversation, slot, files)
     }))
+  })
 
   const record = (conversation: string, slot: number, tokens: ReadonlyArray<number>) =>
     Effect.map(worker.readiness, (ready) => {

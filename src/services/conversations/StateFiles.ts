@@ -183,7 +183,7 @@ export const make = (options: Options) =>
       Effect.gen(function*() {
         const target = `${path}.bad-${reason}-${yield* Clock.currentTimeMillis}`
         return yield* Fs.rename(path, target).pipe(
-          Effect.as(target as string | undefined),
+          Effect.as<string | undefined>(target),
           Fs.catchCodes(["ENOENT"], () => Effect.succeed(undefined))
         )
       })
