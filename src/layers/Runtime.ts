@@ -43,6 +43,8 @@ export interface RuntimeOptions {
   readonly conversationsDirectory: string | undefined
   /** State files kept per model (least recently saved deleted first). Default 32. */
   readonly conversationsMaxSaved: number | undefined
+  /** Bounds on conversations' records in memory and refused files on disk (defaults in ConversationsConfig). */
+  readonly conversations: Pick<Conversations.ConversationsConfigShape, "maxHeldConversations" | "maxHeldBytes" | "maxMovedAside">
   readonly admission: Partial<Admission.AdmissionConfigShape>
   readonly worker: Partial<NativeWorker.NativeWorkerConfigShape>
   readonly scheduler: Partial<Scheduler.SchedulerConfigShape>
@@ -144,6 +146,7 @@ const engine = (
     const conversations = yield* Conversations.make.pipe(
       Effect.provide(context),
       Effect.provideService(Conversations.ConversationsConfig, {
+        ...options.conversations,
         directory: options.conversationsDirectory,
         maxSaved: options.conversationsMaxSaved,
         // State files are bound to the model's digest; without a directory nothing is saved, and

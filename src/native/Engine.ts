@@ -444,10 +444,21 @@ export const makeEngine = Effect.fn("Engine.make")(function*(options: EngineOpti
       return sequence
     })
 
+  /**
+   * Writes a sequence's state to `path` (the host's temp file; it renames it into place) and
+   * fsyncs it before answering: an answered save is on disk. One step, so nothing else runs on the
+   * engine meanwhile (the fsync's libuv work has the child's single pool thread to itself).
+   */
   const saveState = (index: number, path: string) =>
     Effect.flatMap(idleSequence(index), (sequence) =>
       step("saveState", async () => {
         const { fileSize } = await sequence.saveStateToFile(path)
+        const file = await Fs.promises.open(path, "r")
+        try {
+          await file.sync()
+        } finally {
+          await file.close()
+        }
         return { fileBytes: fileSize, tokens: sequence.contextTokens.length }
       }, "utility"))
 

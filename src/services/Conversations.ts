@@ -1,26 +1,31 @@
 /**
  * Conversations: what each conversation's sequence holds, and proof of it. After every turn the
- * conversation's tokens (prompt and output) are recorded with their hash; the client gets a
- * checkpoint (conversation, token count, hash) and hands it back on the next turn, where it is
- * checked against the record (memory, or the state file on disk) before anything is reused.
+ * conversation's tokens (prompt and output) are recorded; the client gets a checkpoint
+ * (conversation, token count, hash) and hands it back on the next turn, where it is checked
+ * against the record (memory, or the sidecar on disk) before anything is reused. Records in memory
+ * are bounded (conversations/Records.ts): a conversation dropped from memory stays verifiable from
+ * its sidecar; one with neither is unknown.
  *
- * When a conversation's slot is taken over (LRU), its KV state is saved to a state file bound to
- * the model's digest and the token hash, with a sidecar naming both and the state file's own
- * sha256; on its next turn the sidecar and the file are verified before the file reaches the
- * engine, then the state is restored into the slot. On a graceful stop every conversation held in
- * a slot is saved the same way, so checkpoints survive a restart of the runtime.
+ * When a conversation's slot is taken over (LRU), its KV state is saved to a state file with a
+ * sidecar that binds it (conversations/StateFiles.ts); on its next turn the file is checked before
+ * it reaches the engine and restored into the slot. A file that fails a check is moved aside and
+ * the turn recomputes the history from the record: a bad file costs a prefill, never the
+ * conversation. On a graceful stop every conversation held in a slot is saved the same way, so
+ * checkpoints survive a restart of the runtime.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Schema from "effect/Schema"
-import * as Crypto from "node:crypto"
-import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as FileHash from "../domain/FileHash.js"
 import type { Checkpoint } from "../domain/Inference.js"
-import { NativeWorker } from "./NativeWorker.js"
+import * as Records from "./conversations/Records.js"
+import * as StateFiles from "./conversations/StateFiles.js"
+import { hashTokens } from "./conversations/TokenHash.js"
+import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { InvalidCheckpoint } from "./ProviderError.js"
+
+export { hashTokens } from "./conversations/TokenHash.js"
 
 export interface ConversationsConfigShape {
   /** Where state files live (one subdirectory per model digest); undefined: nothing is saved. */
@@ -29,209 +34,226 @@ export interface ConversationsConfigShape {
   readonly modelDigest: string
   /** State files kept per model; the least recently saved beyond this are deleted. Default 32. */
   readonly maxSaved?: number | undefined
+  /** Refused state files kept (moved aside) per model, newest first. Default 8. */
+  readonly maxMovedAside?: number | undefined
+  /** Conversations whose token record is held in memory, least recently used dropped first. Default 4,096. */
+  readonly maxHeldConversations?: number | undefined
+  /** Bytes of token records held in memory (4 per token, plus 160 and the id per conversation). Default 64 MiB. */
+  readonly maxHeldBytes?: number | undefined
 }
 
 export class ConversationsConfig extends Context.Tag("nativegen/ConversationsConfig")<
   ConversationsConfig,
   ConversationsConfigShape
->() {}
-
-/** sha256 over the token ids as little-endian u32, hex. */
-export const hashTokens = (tokens: ReadonlyArray<number>): string => {
-  const bytes = Buffer.alloc(tokens.length * 4)
-  tokens.forEach((t, i) => bytes.writeUInt32LE(t, i * 4))
-  return Crypto.createHash("sha256").update(bytes).digest("hex")
+>() {
+  static readonly defaults = {
+    maxSaved: 32,
+    maxMovedAside: 8,
+    maxHeldConversations: 4_096,
+    maxHeldBytes: 64 * 1024 * 1024
+  } as const
 }
 
-export const checkpointOf = (conversation: string, tokens: ReadonlyArray<number>): Checkpoint => ({
+export const checkpointOf = (conversation: string, tokens: ArrayLike<number>): Checkpoint => ({
   conversation,
   tokens: tokens.length,
   hash: hashTokens(tokens)
 })
-
-const Sidecar = Schema.Struct({
-  version: Schema.Literal(1),
-  conversation: Schema.String,
-  modelDigest: Schema.String,
-  tokens: Schema.Array(Schema.NonNegativeInt),
-  hash: Schema.String,
-  stateSha256: Schema.String
-})
-type Sidecar = typeof Sidecar.Type
-
-interface Held {
-  readonly tokens: ReadonlyArray<number>
-  /** The slot whose KV holds the tokens, in engine incarnation `incarnation`; undefined when not in a slot. */
-  readonly slot: number | undefined
-  readonly incarnation: number
-}
 
 /** What a verified checkpoint proves: the conversation's tokens up to it. */
 export interface Verified {
   readonly tokens: ReadonlyArray<number>
 }
 
-const sha256File = (path: string) => Effect.map(FileHash.hashFile(path), (h) => h.hex)
-
-const writeFileAtomic = (path: string, data: string) =>
-  Effect.try(() => {
-    const temp = `${path}.${process.pid}.${Crypto.randomBytes(4).toString("hex")}.tmp`
-    const fd = Fs.openSync(temp, "wx", 0o600)
-    try {
-      Fs.writeSync(fd, data)
-      Fs.fsyncSync(fd)
-    } finally {
-      Fs.closeSync(fd)
-    }
-    Fs.renameSync(temp, path)
-  })
+/**
+ * What the slot holds for the conversation when its turn starts: `resident`, its own KV from its
+ * last turn or preparation; `restored`, its KV from its state file; `absent`, nothing of its own
+ * (a new conversation, or its history is recomputed from its record).
+ */
+export type Attached = "resident" | "restored" | "absent"
 
 export class Conversations extends Context.Tag("nativegen/Conversations")<Conversations, {
   /** Checks a checkpoint against what is held for its conversation (memory or disk). */
   readonly verify: (checkpoint: Checkpoint) => Effect.Effect<Verified, InvalidCheckpoint>
   /**
    * Makes `slot` ready for `conversation` before its turn: saves the conversation `evicted` from
-   * it (if any), and restores `conversation` from its verified state file when it is not in the
-   * slot. Returns whether it was restored.
+   * it (if any), and restores `conversation` from its state file when it is not in the slot and
+   * the file passes every check (a file that does not is moved aside: the turn recomputes).
    */
-  readonly attach: (conversation: string, slot: number, evicted: string | undefined) => Effect.Effect<boolean, InvalidCheckpoint>
-  /** Records what the conversation's slot holds after a turn; returns its checkpoint. */
+  readonly attach: (conversation: string, slot: number, evicted: string | undefined) => Effect.Effect<Attached>
+  /** Records the conversation's tokens after a turn, held in `slot`; returns its checkpoint. */
   readonly record: (conversation: string, slot: number, tokens: ReadonlyArray<number>) => Effect.Effect<Checkpoint>
+  /**
+   * Notes that a preparation filled `slot` for the conversation. Its record, and so every
+   * checkpoint the client holds, is kept; a conversation without one is recorded with `tokens`.
+   */
+  readonly recordPrepared: (conversation: string, slot: number, tokens: ReadonlyArray<number>) => Effect.Effect<void>
   /** The tokens recorded for a conversation in memory, if any. */
   readonly held: (conversation: string) => ReadonlyArray<number> | undefined
 }>() {}
 
+/** What a state file must be bound to for the engine now running, when it is known. */
+const engineBinding = (ready: WorkerReadiness): StateFiles.EngineBinding | undefined => {
+  const generation = ready.models.find((m) => m.role === "generation")
+  return ready.hello === undefined || generation === undefined
+    ? undefined
+    : {
+      nodeLlamaCppVersion: ready.hello.nodeLlamaCppVersion,
+      llamaCppRelease: ready.hello.llamaCppRelease,
+      contextSize: generation.contextSize
+    }
+}
+
 export const make = Effect.gen(function*() {
   const config = yield* ConversationsConfig
   const worker = yield* NativeWorker
-  const held = new Map<string, Held>()
-  const directory = config.directory === undefined ? undefined : Path.join(config.directory, config.modelDigest)
-  if (directory !== undefined) yield* Effect.sync(() => Fs.mkdirSync(directory, { recursive: true, mode: 0o700 }))
+  const defaults = ConversationsConfig.defaults
+  const records = Records.make({
+    maxConversations: config.maxHeldConversations ?? defaults.maxHeldConversations,
+    maxBytes: config.maxHeldBytes ?? defaults.maxHeldBytes
+  })
+  /** The conversation whose record claims each slot. */
+  const occupant = new Map<number, string>()
+  const files = config.directory === undefined ? undefined : yield* StateFiles.make({
+    directory: Path.join(config.directory, config.modelDigest),
+    modelDigest: config.modelDigest,
+    maxSaved: config.maxSaved ?? defaults.maxSaved,
+    maxMovedAside: config.maxMovedAside ?? defaults.maxMovedAside
+  })
+  /** State files and sidecars are read and written one operation at a time. */
+  const disk = yield* Effect.makeSemaphore(1)
+  const serialized = disk.withPermits(1)
 
   const refuse = (conversation: string, reason: string) => new InvalidCheckpoint({ conversation, reason })
 
-  const files = (conversation: string) => {
-    const name = Crypto.createHash("sha256").update(conversation).digest("hex")
-    return directory === undefined
-      ? undefined
-      : { sidecar: Path.join(directory, `${name}.json`), state: Path.join(directory, `${name}.state`) }
+  /** Stores a record; the slot it names is no longer claimed by any other conversation's record. */
+  const claim = (conversation: string, held: Records.Held) => {
+    const previous = records.peek(conversation)
+    if (previous?.slot !== undefined && previous.slot !== held.slot && occupant.get(previous.slot) === conversation) {
+      occupant.delete(previous.slot)
+    }
+    if (held.slot !== undefined) {
+      const other = occupant.get(held.slot)
+      if (other !== undefined && other !== conversation) records.release(other)
+      occupant.set(held.slot, conversation)
+    }
+    records.set(conversation, held)
   }
 
-  /** The verified sidecar of a conversation's state file, or undefined when there is none. */
-  const readSidecar = (conversation: string) =>
-    Effect.gen(function*() {
-      const paths = files(conversation)
-      if (paths === undefined || !Fs.existsSync(paths.sidecar)) return undefined
-      const text = yield* Effect.try(() => Fs.readFileSync(paths.sidecar, "utf8")).pipe(
-        Effect.mapError(() => refuse(conversation, "its state file's record cannot be read"))
+  /** The conversation's token record: memory, else its sidecar. */
+  const recordOf = (conversation: string): Effect.Effect<Uint32Array | undefined, InvalidCheckpoint> =>
+    Effect.suspend(() => {
+      const memory = records.get(conversation)
+      if (memory !== undefined || files === undefined) return Effect.succeed(memory?.tokens)
+      return serialized(files.readSidecar(conversation)).pipe(
+        Effect.map((stored) => stored?.tokens),
+        Effect.mapError((e) => refuse(conversation, `${e.message}; moved aside`))
       )
-      const sidecar = yield* Schema.decodeUnknown(Schema.parseJson(Sidecar))(text).pipe(
-        Effect.mapError(() => refuse(conversation, "its state file's record is malformed"))
-      )
-      if (sidecar.modelDigest !== config.modelDigest) {
-        return yield* refuse(conversation, `its state file was made by model ${sidecar.modelDigest}, not ${config.modelDigest}`)
-      }
-      if (sidecar.conversation !== conversation) return yield* refuse(conversation, "its state file belongs to another conversation")
-      if (hashTokens(sidecar.tokens) !== sidecar.hash) return yield* refuse(conversation, "its state file's token hash does not match")
-      return { sidecar, paths }
     })
 
-  const verify = (checkpoint: Checkpoint) =>
-    Effect.gen(function*() {
-      const conversation = checkpoint.conversation
-      const memory = held.get(conversation)
-      const tokens = memory?.tokens ?? (yield* readSidecar(conversation))?.sidecar.tokens
-      if (tokens === undefined) return yield* refuse(conversation, "nothing is held for this conversation")
-      if (!Number.isSafeInteger(checkpoint.tokens) || checkpoint.tokens <= 0 || checkpoint.tokens > tokens.length) {
-        return yield* refuse(conversation, `checkpoint of ${checkpoint.tokens} tokens is beyond the ${tokens.length} held`)
-      }
-      const prefix = tokens.slice(0, checkpoint.tokens)
-      if (hashTokens(prefix) !== checkpoint.hash) {
-        return yield* refuse(conversation, `hash ${checkpoint.hash} does not match the held tokens`)
-      }
-      return { tokens: prefix }
-    })
-
-  /** Saves the conversation held in `slot` to disk, if it is still there in this engine child. */
-  const save = (conversation: string) =>
-    Effect.gen(function*() {
-      const h = held.get(conversation)
-      const paths = files(conversation)
-      if (h === undefined || h.slot === undefined || paths === undefined) return
-      const saved = yield* worker.saveState(h.slot, paths.state)
-      held.set(conversation, { ...h, slot: undefined })
-      // A state from another incarnation than the record's would be an empty sequence.
-      if (saved.incarnation !== h.incarnation) return
-      const sidecar: Sidecar = {
-        version: 1,
-        conversation,
-        modelDigest: config.modelDigest,
-        tokens: h.tokens,
-        hash: hashTokens(h.tokens),
-        stateSha256: yield* sha256File(paths.state)
-      }
-      yield* writeFileAtomic(paths.sidecar, JSON.stringify(sidecar))
-      yield* prune
-    }).pipe(
-      Effect.catchAll((e) => Effect.logWarning(`conversation ${conversation} could not be saved: ${e.message}`))
-    )
-
-  /**
-   * Keeps the state files bounded (each is the conversation's whole KV cache, ~16 KiB per token on
-   * the bench model): beyond `maxSaved`, the least recently saved are deleted, sidecar first, so a
-   * state file is never trusted without its record.
-   */
-  const prune = Effect.try(() => {
-    if (directory === undefined) return
-    const sidecars = Fs.readdirSync(directory)
-      .filter((name) => name.endsWith(".json"))
-      .map((name) => ({ name, saved: Fs.statSync(Path.join(directory, name)).mtimeMs }))
-      .sort((a, b) => b.saved - a.saved)
-    for (const { name } of sidecars.slice(config.maxSaved ?? 32)) {
-      Fs.rmSync(Path.join(directory, name), { force: true })
-      Fs.rmSync(Path.join(directory, name.replace(/\.json$/, ".state")), { force: true })
+  const verify = Effect.fn("Conversations.verify")(function*(checkpoint: Checkpoint) {
+    const conversation = checkpoint.conversation
+    const tokens = yield* recordOf(conversation)
+    if (tokens === undefined) {
+      return yield* refuse(conversation, "nothing is held for this conversation (unknown, or forgotten with no record on disk)")
     }
+    if (!Number.isSafeInteger(checkpoint.tokens) || checkpoint.tokens <= 0 || checkpoint.tokens > tokens.length) {
+      return yield* refuse(conversation, `checkpoint of ${checkpoint.tokens} tokens is beyond the ${tokens.length} held`)
+    }
+    const prefix = tokens.subarray(0, checkpoint.tokens)
+    if (hashTokens(prefix) !== checkpoint.hash) {
+      return yield* refuse(conversation, `hash ${checkpoint.hash} does not match the held tokens`)
+    }
+    return { tokens: Array.from(prefix) }
   })
 
-  const attach = (conversation: string, slot: number, evicted: string | undefined) =>
+  /**
+   * Saves the conversation held in `slot` (being taken over) to its state file, if its record
+   * still claims the slot in the engine child that holds it. Runs to the end once begun; a failure
+   * (the child dying mid-save included) leaves the previous state file and sidecar as they were.
+   */
+  const save = (conversation: string, slot: number) =>
     Effect.gen(function*() {
-      if (evicted !== undefined) yield* save(evicted)
-      const incarnation = (yield* worker.readiness).incarnation
-      const h = held.get(conversation)
-      if (h !== undefined && h.slot === slot && h.incarnation === incarnation) return false
-      const found = yield* readSidecar(conversation)
-      if (found === undefined) return false
-      if ((yield* sha256File(found.paths.state).pipe(Effect.orElseSucceed(() => ""))) !== found.sidecar.stateSha256) {
-        return yield* refuse(conversation, "its state file does not match the sha256 its record names")
+      const h = records.peek(conversation)
+      if (h === undefined || h.slot !== slot) return
+      records.release(conversation)
+      if (occupant.get(slot) === conversation) occupant.delete(slot)
+      if (files === undefined) return
+      const temp = files.tempState(conversation)
+      const saved = yield* worker.saveState(slot, temp).pipe(Effect.tapError(() => files.discard(temp)))
+      const engine = engineBinding(yield* worker.readiness)
+      // A state from another incarnation than the record's would be an empty sequence.
+      if (saved.incarnation !== h.incarnation || engine === undefined) return yield* files.discard(temp)
+      yield* files.commit(conversation, h.tokens, temp, saved.fileBytes, engine)
+    }).pipe(
+      Effect.catchAll((e) => Effect.logWarning(`conversation ${conversation} could not be saved: ${e.message}`)),
+      Effect.annotateLogs({ service: "Conversations", conversation }),
+      Effect.uninterruptible
+    )
+
+  /** Restores the conversation's state file into `slot` when one passes every check. */
+  const restore = (conversation: string, slot: number, files: StateFiles.StateFiles) =>
+    Effect.gen(function*() {
+      const stored = yield* Effect.orElseSucceed(files.readSidecar(conversation), () => undefined)
+      const engine = engineBinding(yield* worker.readiness)
+      if (stored === undefined || engine === undefined) return "absent" as const
+      const path = yield* files.usableState(conversation, stored, engine)
+      if (path === undefined) return "absent" as const
+      const restored = yield* Effect.either(worker.restoreState(slot, path))
+      if (restored._tag === "Left") {
+        yield* files.refuseState(conversation, stored.tokens, "restore-failed", restored.left.message)
+        return "absent" as const
       }
-      const restored = yield* worker.restoreState(slot, found.paths.state).pipe(
-        Effect.mapError((e) => refuse(conversation, `its state file could not be restored: ${e.message}`))
-      )
-      held.set(conversation, { tokens: found.sidecar.tokens, slot, incarnation })
-      yield* Effect.logDebug(`conversation ${conversation} restored: ${restored.tokens} tokens`)
-      return true
+      // What the client holds checkpoints of stays the record: memory first (it may be newer).
+      const tokens = records.peek(conversation)?.tokens ?? stored.tokens
+      claim(conversation, { tokens, slot, incarnation: (yield* worker.readiness).incarnation })
+      yield* Effect.logDebug(`conversation ${conversation} restored: ${restored.right.tokens} tokens`)
+      return "restored" as const
     })
 
+  const attach = Effect.fn("Conversations.attach")(function*(conversation: string, slot: number, evicted: string | undefined) {
+    return yield* serialized(Effect.gen(function*() {
+      if (evicted !== undefined) yield* save(evicted, slot)
+      const incarnation = (yield* worker.readiness).incarnation
+      const memory = records.get(conversation)
+      if (memory !== undefined && memory.slot === slot && memory.incarnation === incarnation) return "resident" as const
+      return files === undefined ? "absent" as const : yield* restore(conversation, slot, files)
+    }))
+  })
+
   const record = (conversation: string, slot: number, tokens: ReadonlyArray<number>) =>
-    Effect.map(worker.readiness, (r) => {
-      // Another conversation recorded in this slot is no longer there.
-      for (const [c, h] of held) if (c !== conversation && h.slot === slot) held.set(c, { ...h, slot: undefined })
-      held.set(conversation, { tokens, slot, incarnation: r.incarnation })
+    Effect.map(worker.readiness, (ready) => {
+      claim(conversation, { tokens: Uint32Array.from(tokens), slot, incarnation: ready.incarnation })
       return checkpointOf(conversation, tokens)
     })
 
+  const recordPrepared = (conversation: string, slot: number, tokens: ReadonlyArray<number>) =>
+    Effect.gen(function*() {
+      const kept = yield* recordOf(conversation).pipe(Effect.orElseSucceed(() => undefined))
+      const ready = yield* worker.readiness
+      claim(conversation, { tokens: kept ?? Uint32Array.from(tokens), slot, incarnation: ready.incarnation })
+    })
+
   // A graceful stop saves every conversation still held in a slot.
-  yield* Effect.addFinalizer(() => Effect.suspend(() => Effect.forEach(Array.from(held.keys()), save, { discard: true })))
+  yield* Effect.addFinalizer(() =>
+    serialized(Effect.suspend(() =>
+      Effect.forEach(Array.from(occupant), ([slot, conversation]) => save(conversation, slot), { discard: true })
+    ))
+  )
 
   return Conversations.of({
     verify,
     attach,
     record,
-    held: (conversation) => held.get(conversation)?.tokens
+    recordPrepared,
+    held: (conversation) => {
+      const tokens = records.peek(conversation)?.tokens
+      return tokens === undefined ? undefined : Array.from(tokens)
+    }
   })
 })
 
 export const layer: Layer.Layer<Conversations, never, ConversationsConfig | NativeWorker> = Layer.scoped(Conversations, make)
 
 /** sha256 of a model file, hex (the digest state files are bound to when a model comes by path). */
-export const digestOfFile = (path: string) => Effect.orDie(sha256File(path))
+export const digestOfFile = (path: string) => Effect.orDie(Effect.map(FileHash.hashFile(path), (h) => h.hex))

@@ -22,6 +22,7 @@ import * as Context from "effect/Context"
 import * as Data from "effect/Data"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
@@ -302,6 +303,9 @@ const isRpcClientError = (e: unknown): e is { readonly _tag: "RpcClientError"; r
 export const make = Effect.gen(function*() {
   const config = yield* NativeWorkerConfig
   const workerScope = yield* Effect.scope
+  // Every incarnation's scope is forked from this one, made now: a replacement child is then
+  // stopped where the worker was built, after the services built on it (their finalizers use it).
+  const childrenScope = yield* Scope.fork(workerScope, ExecutionStrategy.sequential)
   const status = yield* SubscriptionRef.make<Status>({ state: "starting", reason: undefined, current: undefined })
   const actions = yield* Ref.make<ReadonlyArray<RecoveryAction>>(config.recoveryActions ?? [])
   const loadFailure = yield* Ref.make<WorkerReadiness["loadFailure"]>(undefined)
@@ -402,7 +406,7 @@ export const make = Effect.gen(function*() {
   /** Spawns, greets, loads and warms a child. Its scope is closed again if any step fails. */
   const startIncarnation = Effect.gen(function*() {
     const number = ++incarnations
-    const scope = yield* Scope.fork(workerScope, { _tag: "Sequential" } as never)
+    const scope = yield* Scope.fork(childrenScope, ExecutionStrategy.sequential)
     const started = Effect.gen(function*() {
       yield* setState("starting")
       if (config.childResources !== undefined) {

@@ -150,7 +150,7 @@ export const make = Effect.gen(function*() {
           label,
           conversation
         })
-        const restored = conversation === undefined ? false : yield* conversations.attach(conversation, grant.slot, grant.evicted)
+        const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
         const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [])
@@ -168,8 +168,10 @@ export const make = Effect.gen(function*() {
           lane: request.lane ?? "foreground",
           confidence: request.probabilities,
           // A continuation keeps everything (its history was decoded token by token, which no
-          // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity.
-          reuseOnGrid: !continued
+          // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
+          // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
+          // its history like a cold run.
+          reuseOnGrid: !continued || attached === "absent"
         }).pipe(
           Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
             Effect.gen(function*() {
@@ -208,8 +210,10 @@ export const make = Effect.gen(function*() {
             : yield* conversations.record(conversation, grant.slot, [...prompt, ...generatedTokens])
           const reuse: ReuseKind = reused === 0
             ? "cold"
-            : restored
+            : attached === "restored"
             ? "restored"
+            : attached === "absent"
+            ? "prefix"
             : continued
             ? "continuation"
             : wasPrepared
@@ -319,7 +323,10 @@ export const make = Effect.gen(function*() {
           // The slot holds what was prefilled even when preempted: record it either way.
           Effect.ensuring(Effect.suspend(() =>
             done > 0
-              ? Effect.zipRight(conversations.record(conversation, grant.slot, tokens.slice(0, done)), Effect.sync(() => prepared.add(conversation)))
+              ? Effect.zipRight(
+                conversations.recordPrepared(conversation, grant.slot, tokens.slice(0, done)),
+                Effect.sync(() => prepared.add(conversation))
+              )
               : Effect.void
           ))
         )

@@ -14,6 +14,7 @@ import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import * as fc from "fast-check"
+import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -200,36 +201,62 @@ describe("conversation reuse", () => {
         assert.strictEqual(two.done.usage.reusedTokens, one.checkpoint!.tokens - 1)
       }))
 
-    it.effect("LRU eviction saves to a state file; the next turn restores it; a tampered file is refused before the engine", () =>
+    it.effect("LRU eviction saves to a state file; the next turn restores it; a tampered one is moved aside and recomputed", () =>
       Effect.gen(function*() {
         const user: ChatMessage = { role: "user", content: "the old map shows a storm" }
         const first = done(yield* collect({ messages: [user], conversation: "evicted", maxTokens: 5 })).checkpoint!
         // Two more conversations take both slots: "evicted" is the least recently used.
-        yield* collect({ messages: [{ role: "user", content: "one" }], conversation: "other-1", maxTokens: 3 })
-        yield* collect({ messages: [{ role: "user", content: "two" }], conversation: "other-2", maxTokens: 3 })
+        const evict = Effect.forEach(["one", "two"], (content, i) =>
+          collect({ messages: [{ role: "user", content }], conversation: `other-${i}`, maxTokens: 3 }))
+        yield* evict
         const modelDir = Fs.readdirSync(directory).map((d) => Path.join(directory, d))[0]!
-        const sidecars = Fs.readdirSync(modelDir).filter((f) => f.endsWith(".json"))
-        assert.isAtLeast(sidecars.length, 1)
+        const sidecar = Path.join(modelDir, `${Crypto.createHash("sha256").update("evicted").digest("hex")}.json`)
+        const state = sidecar.replace(/\.json$/, ".state")
+        assert.strictEqual(JSON.parse(Fs.readFileSync(sidecar, "utf8")).conversation, "evicted")
         const turn2 = {
           messages: [user, { role: "assistant" as const, content: "x" }, { role: "user" as const, content: "where" }],
           conversation: "evicted",
           checkpoint: first,
           maxTokens: 5
         }
-        // Tamper with the state file: the checkpoint is refused before the file reaches the engine.
-        const sidecar = Path.join(modelDir, sidecars.find((f) => JSON.parse(Fs.readFileSync(Path.join(modelDir, f), "utf8")).conversation === "evicted")!)
-        const state = sidecar.replace(/\.json$/, ".state")
-        const original = Fs.readFileSync(state)
-        const flipped = Buffer.from(original)
-        flipped[flipped.length - 1] ^= 0xff
-        Fs.writeFileSync(state, flipped)
-        const refused = yield* Effect.flip(collect(turn2))
-        assert.strictEqual(refused._tag, "InvalidCheckpoint")
-        assert.match(refused.message, /does not match the sha256 its record names/)
-        Fs.writeFileSync(state, original)
         const restored = yield* turnWithParity(turn2)
         assert.strictEqual(restored.done.usage.reuse, "restored")
         assert.strictEqual(restored.done.usage.reusedTokens, first.tokens - 1)
+        // Evicted again, its state file tampered with: refused before the engine, moved aside, and
+        // the turn recomputes the history from the conversation's tokens.
+        yield* evict
+        const flipped = Fs.readFileSync(state)
+        flipped[flipped.length - 1] ^= 0xff
+        Fs.writeFileSync(state, flipped)
+        const recomputed = yield* turnWithParity({
+          messages: [...turn2.messages, { role: "assistant", content: restored.answer }, { role: "user", content: "and then" }],
+          conversation: "evicted",
+          checkpoint: restored.done.checkpoint!,
+          maxTokens: 5
+        })
+        assert.include(["cold", "prefix"], recomputed.done.usage.reuse)
+        assert.isFalse(Fs.existsSync(state))
+        assert.isTrue(Fs.readdirSync(modelDir).some((f) => f.startsWith(`${Path.basename(state)}.bad-sha256-`)))
+        assert.isNull(JSON.parse(Fs.readFileSync(sidecar, "utf8")).state)
+      }))
+
+    it.effect("preparing a conversation keeps the checkpoint its client holds valid", () =>
+      Effect.gen(function*() {
+        const provider = yield* Provider
+        const user: ChatMessage = { role: "user", content: "log the wind and the sail at night. ".repeat(20) }
+        const one = yield* turnWithParity({ messages: [user], conversation: "prepared-after-turn", maxTokens: 5 })
+        const history: ReadonlyArray<ChatMessage> = [user, { role: "assistant", content: one.answer }]
+        const preparation = yield* provider.prepare({ conversation: "prepared-after-turn", prefix: [], history })
+        assert.isAbove(preparation.preparedTokens, 0)
+        // The checkpoint from before the preparation still proves the conversation's tokens.
+        const two = yield* turnWithParity({
+          messages: [...history, { role: "user", content: "and the stars" }],
+          conversation: "prepared-after-turn",
+          checkpoint: one.done.checkpoint!,
+          maxTokens: 5
+        })
+        assert.strictEqual(two.done.checkpoint?.tokens, two.done.usage.promptTokens + 5)
+        assert.isAbove(two.done.usage.reusedTokens, 0)
       }))
 
     it.effect("preparation prefills on the chunk grid; the next turn reuses it; preempted at random points it keeps what it did", () =>
