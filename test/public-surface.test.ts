@@ -2,14 +2,17 @@
  * The package's public surface (issue 13, item 6): what `import ... from "nativegen"` offers is
  * exactly the expected set (an accidental export fails here), and the runtime layers fail with
  * the small `RuntimeStartError` union, a store that cannot be read arriving as `StoreUnavailable`
- * with the store's own error as its cause.
+ * with the store's own error as its cause and a model file the engine refuses as `NoLoadableModel`.
  */
 import { assert, describe, expectTypeOf, it } from "@effect/vitest"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import * as Nativegen from "nativegen"
+import { ensureModel } from "../fixtures/models.js"
+import { testChild, testRunEnv } from "./support/engine.js"
 import { tempDir } from "./store/helpers.js"
 
 const names = (module: object) => Object.keys(module).sort()
@@ -98,4 +101,20 @@ describe("public surface", () => {
       assert.strictEqual(error.cause._tag, "JournalCorrupt")
       assert.include(error.message, "journal.jsonl")
     }))
+
+  it.scoped("a model file the engine refuses (truncated), given by path: NoLoadableModel naming the file and the engine's reason", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const truncated = Path.join(dir, "truncated.gguf")
+      const whole = Fs.readFileSync(ensureModel("tiny"))
+      Fs.writeFileSync(truncated, whole.subarray(0, Math.floor(whole.length / 2)))
+      const runtime = Nativegen.Runtime.layerWithModels({ generation: truncated, decision: ensureModel("decision") }, {
+        worker: { child: testChild, childEnv: testRunEnv, stopTimeout: Duration.seconds(3) }
+      })
+      const error = yield* Effect.flip(Layer.build(runtime))
+      assert.strictEqual(error._tag, "NoLoadableModel", error.message)
+      if (error._tag !== "NoLoadableModel") return
+      assert.strictEqual(error.role, "generation")
+      assert.include(error.message, truncated)
+    }), { timeout: 60_000 })
 })

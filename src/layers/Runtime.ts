@@ -40,9 +40,11 @@ import { NoLoadableModel, type RuntimeStartError, toStartError } from "./Runtime
 
 export {
   ContextAdmissionFailed,
+  type EngineStartCause,
   EngineStartFailed,
   NoLoadableModel,
   type RuntimeStartError,
+  type StoreOpenError,
   StoreUnavailable
 } from "./RuntimeError.js"
 

@@ -13,7 +13,15 @@
  */
 import * as Data from "effect/Data"
 import type { Role } from "../domain/Inference.js"
-import { ContextAdmissionFailed } from "../services/AdmissionError.js"
+import type { EngineError, EngineUnavailable, ModelLoadFailed } from "../domain/EngineError.js"
+import {
+  ContextAdmissionFailed,
+  type DeviceNotFound,
+  type InsufficientDeviceMemory,
+  type InvalidCharge,
+  type InvalidContextCap,
+  type RoleNotAdmitted
+} from "../services/AdmissionError.js"
 import { InvalidKey, JournalCorrupt, StoreIoError, UnsafePath } from "../services/StoreError.js"
 
 export { ContextAdmissionFailed } from "../services/AdmissionError.js"
@@ -41,9 +49,20 @@ export class NoLoadableModel extends Data.TaggedError("NoLoadableModel")<{
   }
 }
 
-/** The engine could not be brought up; the original error (engine, device or admission configuration) is the cause. */
+/** What else can keep the engine from coming up: the child, its device, or admission's configuration. */
+export type EngineStartCause =
+  | EngineError
+  | EngineUnavailable
+  | ModelLoadFailed
+  | DeviceNotFound
+  | InsufficientDeviceMemory
+  | InvalidCharge
+  | InvalidContextCap
+  | RoleNotAdmitted
+
+/** The engine could not be brought up; the original error is the cause. */
 export class EngineStartFailed extends Data.TaggedError("EngineStartFailed")<{
-  readonly cause: { readonly _tag: string; readonly message: string }
+  readonly cause: EngineStartCause
 }> {
   override get message() {
     return `the engine did not start: ${this.cause.message}`
@@ -59,7 +78,7 @@ const isStoreOpenError = (error: unknown): error is StoreOpenError =>
  * Maps whatever a runtime's construction failed with onto `RuntimeStartError`: the four cases
  * pass through, store errors become `StoreUnavailable`, anything else `EngineStartFailed`.
  */
-export const toStartError = <E extends { readonly _tag: string; readonly message: string }>(error: E): RuntimeStartError => {
+export const toStartError = (error: RuntimeStartError | StoreOpenError | EngineStartCause): RuntimeStartError => {
   if (error instanceof StoreUnavailable || error instanceof NoLoadableModel || error instanceof EngineStartFailed) return error
   if (error instanceof ContextAdmissionFailed) return error
   if (isStoreOpenError(error)) return new StoreUnavailable({ cause: error })
