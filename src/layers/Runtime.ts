@@ -12,6 +12,9 @@
  * passed over; a model the engine refuses to load is replaced by the role's next candidate in a
  * fresh engine. Each is logged and listed in readiness's recovery actions; the start fails only
  * when a role has no candidate left, with every reason.
+ *
+ * Both layers fail with `RuntimeStartError` (see `RuntimeError`): the store unavailable, a role
+ * with no loadable model, no context admitted, or the engine not started.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -33,6 +36,17 @@ import * as Provider from "../services/Provider.js"
 import * as Scheduler from "../services/Scheduler.js"
 import * as Store from "../services/Store.js"
 import { ggufMediaType } from "../domain/Manifest.js"
+import { NoLoadableModel, type RuntimeStartError, toStartError } from "./RuntimeError.js"
+
+export {
+  ContextAdmissionFailed,
+  type EngineStartCause,
+  EngineStartFailed,
+  NoLoadableModel,
+  type RuntimeStartError,
+  type StoreOpenError,
+  StoreUnavailable
+} from "./RuntimeError.js"
 
 export interface RuntimeOptions {
   readonly store: Partial<Store.StoreConfigShape>
@@ -51,31 +65,20 @@ export interface RuntimeOptions {
 }
 
 /** A role's model file and, when it comes from the store, its revision and the leases that keep it. */
-export interface RoleSource {
+interface RoleSource {
   readonly modelPath: string
   /** sha256 of the model file (state files are bound to it); computed from the file when absent. */
   readonly digest?: string | undefined
   readonly revision?: NativeWorker.RoleModel["revision"]
 }
 
-/** The engine refused a role's model (when planning or loading it): another model may do. */
-export class RoleLoadFailed extends Data.TaggedError("RoleLoadFailed")<{
+/** The engine refused a role's model (when planning or loading it): another model may do (internal to the start). */
+class RoleLoadFailed extends Data.TaggedError("RoleLoadFailed")<{
   readonly role: Role
   readonly reason: string
 }> {
   override get message() {
     return `the ${this.role} model did not load: ${this.reason}`
-  }
-}
-
-/** A role has nothing it can run: every candidate was passed over or refused to load. */
-export class NoLoadableModel extends Data.TaggedError("NoLoadableModel")<{
-  readonly role: Role
-  /** Why each candidate was not used, newest first. */
-  readonly reasons: ReadonlyArray<string>
-}> {
-  override get message() {
-    return `no model of role ${this.role} can be started: ${this.reasons.length === 0 ? "nothing is activated" : this.reasons.join("; ")}`
   }
 }
 
@@ -167,7 +170,7 @@ const engine = (
     return Context.add(services, Provider.Provider, provider)
   })
 
-/** The runtime over model files given by path (no store). */
+/** The runtime over model files given by path (no store). A model the engine refuses leaves its role with `NoLoadableModel`. */
 export const layerWithModels = (
   models: { readonly [R in Role]?: string | undefined },
   options: Partial<RuntimeOptions> = {}
@@ -179,6 +182,10 @@ export const layerWithModels = (
         decision: models.decision === undefined ? undefined : { modelPath: models.decision }
       },
       options
+    ).pipe(
+      Effect.catchTag("RoleLoadFailed", (e) =>
+        Effect.fail(new NoLoadableModel({ role: e.role, reasons: [`${models[e.role]} did not load: ${e.reason}`] }))),
+      Effect.mapError((e): RuntimeStartError => toStartError(e))
     )
   )
 
@@ -285,4 +292,8 @@ export const layer = (options: Partial<RuntimeOptions> = {}) =>
         chosen[role] = yield* settle(role, replacement)
       }
     })
-  ).pipe(Layer.provide(Store.layer), Layer.provide(Store.StoreConfig.layer(options.store ?? {})))
+  ).pipe(
+    Layer.provide(Store.layer),
+    Layer.provide(Store.StoreConfig.layer(options.store ?? {})),
+    Layer.mapError((e): RuntimeStartError => toStartError(e))
+  )

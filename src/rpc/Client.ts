@@ -84,7 +84,7 @@ const failStreamInterruption = <E>(onInterrupt: () => E) => <A, E1, R>(self: Str
     Cause.isInterruptedOnly(cause) ? Stream.fail(onInterrupt()) : Stream.failCause(cause))
 
 /** A readiness that says the server cannot be reached. */
-export const unreachable = (socketPath: string, reason: string): Readiness => ({
+const unreachable = (socketPath: string, reason: string): Readiness => ({
   state: "failed",
   reason: `the nativegen server on ${socketPath} is unreachable: ${reason}`,
   engine: { incarnation: 0, pid: null, backend: null, nodeLlamaCppVersion: null, uptimeMillis: 0 },
@@ -95,7 +95,7 @@ export const unreachable = (socketPath: string, reason: string): Readiness => ({
 })
 
 /** The Provider over a client of `socketPath`. */
-export const makeProvider = (client: NativegenClient, socketPath: string): Provider["Type"] => {
+const makeProvider = (client: NativegenClient, socketPath: string): Provider["Type"] => {
   const unavailable = (reason: string) => new EngineUnavailable({ reason: `remote server ${socketPath}: ${reason}` })
   const toProviderError = (error: ProviderError | RpcLayerError | RpcClientError): ProviderError => {
     switch (error._tag) {
@@ -191,7 +191,7 @@ export const makeProvider = (client: NativegenClient, socketPath: string): Provi
 }
 
 /** The RemoteStore over a client of `socketPath`. */
-export const makeRemoteStore = (client: NativegenClient, socketPath: string): RemoteStore["Type"] => {
+const makeRemoteStore = (client: NativegenClient, socketPath: string): RemoteStore["Type"] => {
   const toError = (error: StoreError | RpcLayerError | RpcClientError): RemoteStoreError =>
     error._tag === "RpcClientError"
       ? new RemoteUnavailable({ socketPath, reason: describe(error) })

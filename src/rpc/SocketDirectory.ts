@@ -14,17 +14,10 @@
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import * as NodeFs from "node:fs"
-import { createRequire } from "node:module"
 import * as Net from "node:net"
 import * as Path from "node:path"
+import { native } from "../internal/NativeLock.js"
 import { AlreadyRunning, ListenFailed, SocketPathOccupied, UnsafeSocketDirectory } from "./RpcError.js"
-
-interface NativeLocks {
-  readonly tryLock: (fd: number) => boolean
-  readonly unlock: (fd: number) => void
-}
-
-const native: NativeLocks = createRequire(import.meta.url)("fs-native-extensions")
 
 const codeOf = (cause: unknown): string | undefined =>
   typeof cause === "object" && cause !== null && "code" in cause && typeof cause.code === "string" ? cause.code : undefined

@@ -15,19 +15,11 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import type * as Scope from "effect/Scope"
 import * as NodeFs from "node:fs"
-import { createRequire } from "node:module"
 import * as Path from "node:path"
+import { native } from "../../internal/NativeLock.js"
 import { UnsafePath } from "../StoreError.js"
 import * as Fs from "./Fs.js"
 import * as SafePath from "./SafePath.js"
-
-interface NativeLocks {
-  readonly tryLock: (fd: number) => boolean
-  readonly waitForLock: (fd: number) => Promise<void>
-  readonly unlock: (fd: number) => void
-}
-
-const native: NativeLocks = createRequire(import.meta.url)("fs-native-extensions")
 
 /** An exclusive lock; `withLock` runs an effect while holding it. */
 export interface FileLock {
