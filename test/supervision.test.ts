@@ -227,11 +227,15 @@ describe("supervision", () => {
       it.effect(`${failpoint.split("=")[0]}: the child is replaced and the host keeps serving`, () =>
         Effect.gen(function*() {
           const worker = yield* NativeWorker
-          const error = yield* Effect.flip(generateAll(worker, 50))
-          assert.strictEqual(error._tag, "GenerationFailed")
+          // The fault follows 3 tokens; when they arrive in the same read as the fault, none reached
+          // the caller, so the generation is retried on the replacement (item 13) and succeeds.
+          const first = yield* Effect.either(generateAll(worker, 50))
           const after = yield* readyAfter(1)
           assert.include(kind.split("|"), after.recoveryActions.at(-1)!.kind)
-          assert.strictEqual((yield* generateAll(worker, 50)).length, 50)
+          const next = yield* generateAll(worker, 50)
+          assert.strictEqual(next.length, 50)
+          if (first._tag === "Left") assert.strictEqual(first.left._tag, "GenerationFailed")
+          else assert.deepStrictEqual(first.right.map((t) => t.token), next.map((t) => t.token))
         }))
     })
   }
