@@ -1,8 +1,8 @@
 /**
  * The public RPC group: the Provider (Generate as a stream, Decide, Prepare, Count, Readiness and
  * its changes) and the model store (list, import with progress, verify, activate, reap). Payloads
- * and results are the domain Schemas; the store's results get explicit wire Schemas here whose
- * types are exactly the Store's (digests and key ids stay branded, manifests stay `Manifest`).
+ * and results are the domain Schemas, the store's results those of src/domain/StoreResults.ts
+ * (re-exported here for the client and the CLI); only the import's request and events are declared here.
  * Every RPC's error schema includes the RPC layer's own errors (`RpcLayerError`: the server's
  * refusals, and the client's `ConnectionFailed`), so any single call can fail with a typed error.
  */
@@ -21,103 +21,13 @@ import {
   PrepareResult,
   Readiness
 } from "../domain/Inference.js"
-import { KeyId, Manifest, Role } from "../domain/Manifest.js"
+import { Role } from "../domain/Manifest.js"
+import { Activation, Listing, ReapReport, VerifiedBlob } from "../domain/StoreResults.js"
 import { ProviderError } from "../services/ProviderError.js"
-import type * as Store from "../services/Store.js"
 import { StoreError } from "../services/StoreError.js"
 import { RpcLayerError } from "./RpcError.js"
 
-// ---------------------------------------------------------------------------------------------
-// Store wire schemas
-// ---------------------------------------------------------------------------------------------
-
-/** `Store.Activation` on the wire. */
-export const Activation = Schema.Struct({
-  model: Schema.String,
-  role: Role,
-  device: Schema.String,
-  revision: Schema.Int,
-  manifestDigest: Digest,
-  keyId: KeyId,
-  /** True when this exact manifest was already the active one (nothing was appended). */
-  alreadyActive: Schema.Boolean
-})
-export type Activation = typeof Activation.Type
-
-export const ActiveArtifact = Schema.Struct({
-  digest: Digest,
-  size: Schema.NonNegativeInt,
-  mediaType: Schema.String,
-  /** Where the blob lives on the server's machine. */
-  path: Schema.String
-})
-
-/** `Store.ActiveModel` on the wire. */
-export const ActiveModel = Schema.Struct({
-  model: Schema.String,
-  role: Role,
-  device: Schema.String,
-  revision: Schema.Int,
-  manifestDigest: Digest,
-  keyId: KeyId,
-  manifest: Manifest,
-  artifacts: Schema.Array(ActiveArtifact),
-  activatedAt: Schema.String,
-  journalLine: Schema.Int
-})
-export type ActiveModel = typeof ActiveModel.Type
-
-/** `Store.PassedOver` on the wire: an activation that cannot be used, and why. */
-export const PassedOver = Schema.Struct({
-  model: Schema.String,
-  role: Role,
-  device: Schema.String,
-  revision: Schema.Int,
-  manifestDigest: Digest,
-  journalLine: Schema.Int,
-  error: Schema.String,
-  reason: Schema.String
-})
-
-/** `Store.Listing` on the wire. */
-export const Listing = Schema.Struct({
-  active: Schema.Array(ActiveModel),
-  passedOver: Schema.Array(PassedOver),
-  blobs: Schema.Array(Schema.Struct({
-    digest: Digest,
-    size: Schema.NonNegativeInt,
-    referenced: Schema.Boolean,
-    leased: Schema.Boolean
-  }))
-})
-export type Listing = typeof Listing.Type
-
-/** A blob that hashed to its digest (`Store.VerifiedBlob` without its inode identity). */
-export const VerifiedBlob = Schema.Struct({
-  digest: Digest,
-  path: Schema.String,
-  size: Schema.NonNegativeInt
-})
-export type VerifiedBlob = typeof VerifiedBlob.Type
-
-/** `Store.ReapReport` on the wire. */
-export const ReapReport = Schema.Struct({
-  removed: Schema.Array(Digest),
-  freedBytes: Schema.NonNegativeInt,
-  kept: Schema.Array(Digest),
-  staleLeases: Schema.NonNegativeInt,
-  staleStaging: Schema.NonNegativeInt
-})
-export type ReapReport = typeof ReapReport.Type
-
-// The wire types are the Store's types: a change on either side breaks the build here.
-type Same<A, B> = [A] extends [B] ? [B] extends [A] ? true : false : false
-void ([true, true, true, true] satisfies [
-  Same<Store.Activation, Activation>,
-  Same<Store.Listing, Listing>,
-  Same<Store.ReapReport, ReapReport>,
-  Same<Pick<Store.VerifiedBlob, "digest" | "path" | "size">, VerifiedBlob>
-])
+export { Activation, ActiveArtifact, ActiveModel, Listing, PassedOver, ReapReport, VerifiedBlob } from "../domain/StoreResults.js"
 
 /** Activation options: the device (default: the server store's) and whether an older revision may replace a newer one. */
 export const ActivateOptions = {

@@ -27,7 +27,17 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Digest from "../domain/Digest.js"
 import * as GgufHeader from "../domain/GgufHeader.js"
-import { ggufMediaType, type KeyId, type Manifest, type Role, type SignedManifest } from "../domain/Manifest.js"
+import { ggufMediaType, type Manifest, type Role, type SignedManifest } from "../domain/Manifest.js"
+import type {
+  Activation,
+  ActiveArtifact,
+  ActiveModel,
+  ListedBlob,
+  Listing,
+  ModelRevision,
+  PassedOver,
+  ReapReport
+} from "../domain/StoreResults.js"
 import {
   ArtifactCorrupt,
   ArtifactMissing,
@@ -65,6 +75,8 @@ import * as Seed from "./store/Seed.js"
 import * as Signing from "./store/Signing.js"
 
 export type { Progress, StageSource, VerifiedBlob } from "./store/Blobs.js"
+/** The store's results: the domain Schemas' types (src/domain/StoreResults.ts). */
+export type { Activation, ActiveArtifact, ActiveModel, ListedBlob, Listing, ModelRevision, PassedOver, ReapReport }
 export type { GeneratedKey } from "./store/Signing.js"
 export type { SeedSource } from "./store/Seed.js"
 
@@ -163,64 +175,6 @@ export interface ActivateOptions {
   readonly allowRollback?: boolean
 }
 
-/** The result of an activation. */
-export interface Activation {
-  readonly model: string
-  readonly role: Role
-  readonly device: string
-  readonly revision: number
-  readonly manifestDigest: Digest.Digest
-  readonly keyId: KeyId
-  /** True when this exact manifest was already the active one (nothing was appended). */
-  readonly alreadyActive: boolean
-}
-
-/** An artifact of an active manifest, with where it lives. */
-export interface ActiveArtifact {
-  readonly digest: Digest.Digest
-  readonly size: number
-  readonly mediaType: string
-  /** Absolute path of the published blob (present when `active` returned). Lease it before use. */
-  readonly path: string
-}
-
-/** A verified manifest for a (model, device) whose artifacts are all in the store. */
-export interface ModelRevision {
-  readonly model: string
-  readonly role: Role
-  readonly device: string
-  readonly revision: number
-  readonly manifestDigest: Digest.Digest
-  readonly keyId: KeyId
-  readonly manifest: Manifest
-  readonly artifacts: ReadonlyArray<ActiveArtifact>
-}
-
-/** The active manifest for a (model, device). */
-export interface ActiveModel extends ModelRevision {
-  /** When the activation was journaled (informational). */
-  readonly activatedAt: string
-  /** 1-based journal line of the activation. */
-  readonly journalLine: number
-}
-
-/**
- * An activation that cannot be used under today's trust or with what the store holds: its signer
- * is no longer trusted (or may not sign that model), its stored manifest or an artifact is gone.
- */
-export interface PassedOver {
-  readonly model: string
-  readonly role: Role
-  readonly device: string
-  readonly revision: number
-  readonly manifestDigest: Digest.Digest
-  readonly journalLine: number
-  /** The refusal's tag (`UnknownKey`, `KeyNotAllowed`, `ArtifactMissing`, ...). */
-  readonly error: string
-  /** The refusal's message. */
-  readonly reason: string
-}
-
 /**
  * What a role may run, one entry per manifest in the order to try: its activations in the journal
  * from the newest (each usable, or passed over with the reason), then the packaged seed's model
@@ -234,32 +188,6 @@ export interface Lease {
   readonly digest: Digest.Digest
   readonly path: string
   readonly size: number
-}
-
-export interface Listing {
-  /** Per (model, device): its newest activation that is usable. */
-  readonly active: ReadonlyArray<ActiveModel>
-  /** Activations newer than the one listed for their model that cannot be used, and why. */
-  readonly passedOver: ReadonlyArray<PassedOver>
-  readonly blobs: ReadonlyArray<{
-    readonly digest: Digest.Digest
-    readonly size: number
-    /** Named by an active manifest. */
-    readonly referenced: boolean
-    /** Held by a live lease of any process. */
-    readonly leased: boolean
-  }>
-}
-
-export interface ReapReport {
-  readonly removed: ReadonlyArray<Digest.Digest>
-  readonly freedBytes: number
-  /** Unreferenced blobs kept because they are leased or younger than the grace period. */
-  readonly kept: ReadonlyArray<Digest.Digest>
-  /** Lease files of dead processes removed. */
-  readonly staleLeases: number
-  /** Staging files of dead processes removed. */
-  readonly staleStaging: number
 }
 
 export interface SeedReport {

@@ -18,6 +18,7 @@ import * as Crypto from "node:crypto"
 import type { BigIntStats } from "node:fs"
 import * as Path from "node:path"
 import * as Digest from "../../domain/Digest.js"
+import type * as StoreResults from "../../domain/StoreResults.js"
 import {
   ArtifactCorrupt,
   ArtifactMissing,
@@ -48,11 +49,8 @@ export interface Progress {
 /** A file path, or a stream of byte chunks. */
 export type StageSource<E = never> = string | Stream.Stream<Uint8Array, E>
 
-/** A blob that hashed to its digest, with the identity it had when hashed. */
-export interface VerifiedBlob {
-  readonly digest: Digest.Digest
-  readonly path: string
-  readonly size: number
+/** A blob that hashed to its digest (the domain's `VerifiedBlob`), with the identity it had when hashed. */
+export type VerifiedBlob = StoreResults.VerifiedBlob & {
   readonly dev: bigint
   readonly ino: bigint
 }
