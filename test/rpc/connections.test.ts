@@ -19,24 +19,11 @@ import * as TestClock from "effect/TestClock"
 import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { TooManyConnections } from "../../src/rpc/RpcError.js"
 import * as Server from "../../src/rpc/Server.js"
-import { connect as rawConnect, type RawClient, request } from "./support/RawClient.js"
+import { connect as rawConnect, countIsServed, failureOf, type RawClient, request } from "./support/RawClient.js"
 import { connect, serve } from "./support/serve.js"
 import { done, text } from "./support/TestProvider.js"
 
-const failureOf = (message: Record<string, unknown>) => {
-  const exit = message.exit as { _tag: string; cause: { _tag: string; error?: Record<string, unknown> } }
-  return exit._tag === "Failure" ? exit.cause : undefined
-}
 
-/** Sends a Count and checks its answer: the connection is admitted and served. */
-const countIsServed = (raw: RawClient, id: string) =>
-  Effect.gen(function*() {
-    yield* raw.send(request(id, "Count", { text: "abc" }))
-    assert.deepStrictEqual((yield* raw.exitOf(id)).exit, {
-      _tag: "Success",
-      value: { role: "generation", tokens: 3, admittedContext: 4096 }
-    })
-  })
 
 /** The next message is a closing notice with `error`, and then the server closes the connection. */
 const closedWithNotice = (raw: RawClient, error: Record<string, unknown>) =>

@@ -13,23 +13,11 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Queue from "effect/Queue"
 import * as TestClock from "effect/TestClock"
-import { connect as rawConnect, type RawClient, request } from "./support/RawClient.js"
+import { connect as rawConnect, countIsServed, failureOf, request } from "./support/RawClient.js"
 import { serve } from "./support/serve.js"
 import * as TestProvider from "./support/TestProvider.js"
 
-const failureOf = (message: Record<string, unknown>) => {
-  const exit = message.exit as { _tag: string; cause: { _tag: string; error?: Record<string, unknown> } }
-  return exit._tag === "Failure" ? exit.cause : undefined
-}
 
-const countIsServed = (raw: RawClient, id: string) =>
-  Effect.gen(function*() {
-    yield* raw.send(request(id, "Count", { text: "abc" }))
-    assert.deepStrictEqual((yield* raw.exitOf(id)).exit, {
-      _tag: "Success",
-      value: { role: "generation", tokens: 3, admittedContext: 4096 }
-    })
-  })
 
 const nested = (depth: number) => "[".repeat(depth) + "]".repeat(depth)
 

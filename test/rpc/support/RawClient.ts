@@ -2,6 +2,7 @@
  * A raw client for protocol tests: a Unix socket connection that writes arbitrary bytes and reads
  * the server's newline-delimited JSON messages one at a time, and knows when the server closed it.
  */
+import { assert } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
@@ -91,4 +92,20 @@ export const connect = (path: string): Effect.Effect<RawClient, never, Scope.Sco
       destroy: Effect.sync(() => socket.destroy()),
       end: Effect.sync(() => void socket.end())
     } satisfies RawClient
+  })
+
+/** The cause of a request's exit message when it failed; undefined when it succeeded. */
+export const failureOf = (message: Record<string, unknown>) => {
+  const exit = message.exit as { _tag: string; cause: { _tag: string; error?: Record<string, unknown> } }
+  return exit._tag === "Failure" ? exit.cause : undefined
+}
+
+/** Sends a Count and checks its answer: the connection is admitted and served. */
+export const countIsServed = (raw: RawClient, id: string) =>
+  Effect.gen(function*() {
+    yield* raw.send(request(id, "Count", { text: "abc" }))
+    assert.deepStrictEqual((yield* raw.exitOf(id)).exit, {
+      _tag: "Success",
+      value: { role: "generation", tokens: 3, admittedContext: 4096 }
+    })
   })
