@@ -106,6 +106,20 @@ export const filesUnder = (dir: string): Array<string> => {
   return out.sort()
 }
 
+/** Every entry (files and directories, the latter with a trailing slash) below `dir`, sorted. */
+export const treeOf = (dir: string): Array<string> => {
+  const out: Array<string> = []
+  const walk = (d: string) => {
+    for (const entry of Fs.readdirSync(d, { withFileTypes: true })) {
+      const p = Path.join(d, entry.name)
+      out.push(`${Path.relative(dir, p)}${entry.isDirectory() ? "/" : ""}`)
+      if (entry.isDirectory()) walk(p)
+    }
+  }
+  walk(dir)
+  return out.sort()
+}
+
 /** The outcome of a child process. */
 export interface ChildExit {
   readonly code: number | null

@@ -15,21 +15,8 @@ import * as Path from "node:path"
 import * as Digest from "../../src/domain/Digest.js"
 import { signingPayload } from "../../src/domain/Manifest.js"
 import type { StoreError } from "../../src/services/StoreError.js"
-import { bytesOf, envelope, filesUnder, makeKey, makeStore, manifestOf, sha256, tempDir } from "./helpers.js"
+import { bytesOf, envelope, filesUnder, makeKey, makeStore, manifestOf, sha256, tempDir, treeOf } from "./helpers.js"
 
-/** Every entry (files and directories) below `dir`, for "nothing was created" checks. */
-const treeOf = (dir: string): Array<string> => {
-  const out: Array<string> = []
-  const walk = (d: string) => {
-    for (const entry of Fs.readdirSync(d, { withFileTypes: true })) {
-      const p = Path.join(d, entry.name)
-      out.push(`${Path.relative(dir, p)}${entry.isDirectory() ? "/" : ""}`)
-      if (entry.isDirectory()) walk(p)
-    }
-  }
-  walk(dir)
-  return out.sort()
-}
 
 const hex = "0123456789abcdef".repeat(4)
 

@@ -19,7 +19,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Digest from "../../src/domain/Digest.js"
 import * as Owner from "../../src/services/store/Owner.js"
-import { envelope, filesUnder, makeKey, makeStore, manifestOf, sha256, tempDir } from "./helpers.js"
+import { envelope, filesUnder, makeKey, makeStore, manifestOf, sha256, tempDir, treeOf } from "./helpers.js"
 
 /**
  * argv: seconds, then pairs of paths. Exchanges every pair once per round until the time is up,
@@ -63,19 +63,6 @@ const unavailable = ((): string | undefined => {
 })()
 if (unavailable !== undefined) console.warn(`store swap test skipped: ${unavailable}`)
 
-/** Every entry below `dir` (directories with a trailing slash). */
-const treeOf = (dir: string): Array<string> => {
-  const out: Array<string> = []
-  const walk = (d: string) => {
-    for (const entry of Fs.readdirSync(d, { withFileTypes: true })) {
-      const p = Path.join(d, entry.name)
-      out.push(`${Path.relative(dir, p)}${entry.isDirectory() ? "/" : ""}`)
-      if (entry.isDirectory()) walk(p)
-    }
-  }
-  walk(dir)
-  return out.sort()
-}
 
 /** `count` distinct 1 KiB contents whose digests all start with `shard`, so they share a shard directory. */
 const contentsInShard = (shard: string, count: number): Array<Buffer> => {
