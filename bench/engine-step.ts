@@ -54,6 +54,7 @@ const program = Effect.gen(function*() {
 })
 
 const WorkerLive = NativeWorker.layer.pipe(
+  Layer.provide(NativeWorker.hooksNoop),
   Layer.provide(NativeWorker.NativeWorkerConfig.layer({
     child: { backend: "cpu", threads, batchSize: 512 },
     models: { generation: { modelPath, contextSize: 2048 } },

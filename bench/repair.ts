@@ -18,7 +18,7 @@ const config = NativeWorker.NativeWorkerConfig.layer({
   },
   stopTimeout: Duration.seconds(5)
 })
-const WorkerLive = Layer.fresh(NativeWorker.layer).pipe(Layer.provide(config))
+const WorkerLive = Layer.fresh(NativeWorker.layer).pipe(Layer.provide(NativeWorker.hooksNoop), Layer.provide(config))
 
 const coldStart = Effect.scoped(Effect.gen(function*() {
   const start = performance.now()

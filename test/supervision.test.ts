@@ -5,19 +5,23 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as fc from "fast-check"
 import { GenerationFailed } from "../src/domain/EngineError.js"
 import { failpointsEnv } from "../src/native/Failpoints.js"
-import { type NativeWorkerConfigShape, NativeWorker, type WorkerReadiness } from "../src/services/NativeWorker.js"
+import { ChildResources, hooksNoop, type NativeWorkerConfigShape, NativeWorker, type WorkerReadiness } from "../src/services/NativeWorker.js"
 import { workerLayer } from "./support/engine.js"
 import { awaitGone, isAlive } from "./support/processes.js"
 
 const greedy = { temperature: 0 } as const
 
 /** Fast detection settings: real children, short deadlines. */
-const supervised = (overrides: Partial<NativeWorkerConfigShape> = {}) =>
+const supervised = (
+  overrides: Partial<NativeWorkerConfigShape> = {},
+  hooks?: Parameters<typeof workerLayer>[1]
+) =>
   workerLayer({
     stepDeadline: Duration.seconds(4),
     loadDeadline: Duration.seconds(1),
@@ -28,7 +32,7 @@ const supervised = (overrides: Partial<NativeWorkerConfigShape> = {}) =>
     restartBackoff: Duration.seconds(1),
     readyTimeout: Duration.seconds(30),
     ...overrides
-  })
+  }, hooks)
 
 /** The first readiness (checked at each state change) that satisfies `predicate`. */
 const awaitReadiness = (predicate: (r: WorkerReadiness) => boolean) =>
@@ -202,7 +206,7 @@ describe("supervision", () => {
       releases.push({ incarnation, childAliveAtRelease: pid !== undefined && isAlive(pid) })
     }))
   const pids = new Map<number, number>()
-  layer(supervised({ childResources: leaseProbe }), { timeout: 120_000, excludeTestServices: true })("child resources", (it) => {
+  layer(supervised({}, Layer.merge(hooksNoop, ChildResources.layer(leaseProbe))), { timeout: 120_000, excludeTestServices: true })("child resources", (it) => {
     it.effect("a killed child's resources (store leases) are released only after its exit is observed", () =>
       Effect.gen(function*() {
         const worker = yield* NativeWorker

@@ -90,7 +90,7 @@ class RoleLoadFailed extends Data.TaggedError("RoleLoadFailed")<{
 const engine = (
   models: { readonly [R in Role]?: RoleSource | undefined },
   options: Partial<RuntimeOptions>,
-  childResources?: NativeWorker.NativeWorkerConfigShape["childResources"],
+  childResources: Layer.Layer<NativeWorker.ChildResources> = NativeWorker.ChildResources.layerNoop,
   recoveryActions?: ReadonlyArray<NativeWorker.RecoveryAction>
 ) =>
   Effect.gen(function*() {
@@ -115,11 +115,13 @@ const engine = (
       ...NativeWorker.NativeWorkerConfig.defaults,
       ...options.worker,
       models: roleModels,
-      admission: bridge.hooks,
-      childResources,
       recoveryActions
     }
-    const worker = yield* NativeWorker.make.pipe(Effect.provideService(NativeWorker.NativeWorkerConfig, workerConfig))
+    const worker = yield* NativeWorker.make.pipe(
+      Effect.provideService(NativeWorker.NativeWorkerConfig, workerConfig),
+      Effect.provideService(NativeWorker.WorkerAdmission, bridge.hooks),
+      Effect.provide(childResources)
+    )
     const started = yield* worker.readiness
     if (started.loadFailure !== undefined) return yield* new RoleLoadFailed(started.loadFailure)
     const roleOf = (modelPath: string) => (["generation", "decision"] as const).find((role) => models[role]?.modelPath === modelPath)
@@ -269,7 +271,7 @@ export const layer = (options: Partial<RuntimeOptions> = {}) =>
           return yield* engine(
             { generation: sourceOf(chosen.generation), decision: sourceOf(chosen.decision) },
             { ...options, conversationsDirectory: options.conversationsDirectory ?? Path.join(store.root, "conversations") },
-            leases,
+            NativeWorker.ChildResources.layer(leases),
             [...actions]
           ).pipe(Scope.extend(scope), Effect.onError(() => Scope.close(scope, Exit.void)))
         })

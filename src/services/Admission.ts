@@ -580,7 +580,7 @@ export const forWorker = (roles: { readonly [R in Role]?: RoleRequest | undefine
         return { current, admitted }
       })
 
-    const hooks: WorkerAdmission = {
+    const hooks: WorkerAdmission["Type"] = {
       admit: (hello, plan) =>
         Effect.gen(function*() {
           const { admitted, current } = yield* admitOnce(hello, plan)

@@ -44,11 +44,11 @@ import type {
   HelloInfo,
   Lane,
   LoadedModel,
-  ModelPlan,
   Role,
   Sampling
 } from "../native/Protocol.js"
 import { isExhausted, recordFailure } from "./worker/RestartBudget.js"
+import { ChildResources, type Planner, WorkerAdmission } from "./worker/WorkerHooks.js"
 
 /** Where a role's model comes from and how it is loaded. */
 export interface RoleModel {
@@ -60,36 +60,8 @@ export interface RoleModel {
   readonly revision?: { readonly manifestDigest: string; readonly revision: number } | undefined
 }
 
-/** The engine's native allocation plan of a model over candidate context sizes, without loading it. */
-export type Planner = (
-  modelPath: string,
-  contextSizes: ReadonlyArray<number>,
-  sequences: number
-) => Effect.Effect<ModelPlan, WorkerError>
-
-/** Memory growth the child really showed across a role's load and warm-up. */
-export interface MeasuredGrowth {
-  readonly rssBytes: number
-  readonly vramBytes: number
-}
-
-/**
- * Device admission of each incarnation's models (Admission.forWorker provides it). `admit` runs
- * after hello and before any load, in the incarnation's scope: it charges what the roles will
- * take and says which context to load each with. A refusal is not a child fault: the worker
- * reports `failed` with its message and does not restart. `measured` follows each role's load.
- */
-export interface WorkerAdmission {
-  readonly admit: (
-    hello: HelloInfo,
-    plan: Planner
-  ) => Effect.Effect<
-    { readonly [R in Role]?: number | undefined },
-    { readonly _tag: string; readonly message: string },
-    Scope.Scope
-  >
-  readonly measured: (role: Role, growth: MeasuredGrowth) => Effect.Effect<void>
-}
+export type { MeasuredGrowth, Planner } from "./worker/WorkerHooks.js"
+export { ChildResources, layerNoop as hooksNoop, WorkerAdmission } from "./worker/WorkerHooks.js"
 
 export interface NativeWorkerConfigShape {
   readonly child: ChildSettings
@@ -126,14 +98,6 @@ export interface NativeWorkerConfigShape {
    * then these, then the child's settings (which these cannot override). Default {}.
    */
   readonly childEnv: Readonly<Record<string, string>>
-  /**
-   * Resources each child holds for its whole life, typically the Store's reader leases on the
-   * model artifacts. Acquired before the child is spawned, released only after its exit has been
-   * observed (so a reap can never delete a file a live or dying child has mapped).
-   */
-  readonly childResources?: Effect.Effect<unknown, unknown, Scope.Scope> | undefined
-  /** Admission of each incarnation's models; without it, each role loads at its configured context. */
-  readonly admission?: WorkerAdmission | undefined
   /** The Node executable for children; overridable to test spawn failures. */
   readonly execPath?: string | undefined
 }
@@ -302,6 +266,8 @@ const isRpcClientError = (e: unknown): e is { readonly _tag: "RpcClientError"; r
 
 export const make = Effect.gen(function*() {
   const config = yield* NativeWorkerConfig
+  const admission = yield* WorkerAdmission
+  const resources = yield* ChildResources
   const workerScope = yield* Effect.scope
   // Every incarnation's scope is forked from this one, made now: a replacement child is then
   // stopped where the worker was built, after the services built on it (their finalizers use it).
@@ -409,12 +375,10 @@ export const make = Effect.gen(function*() {
     const scope = yield* Scope.fork(childrenScope, ExecutionStrategy.sequential)
     const started = Effect.gen(function*() {
       yield* setState("starting")
-      if (config.childResources !== undefined) {
-        yield* config.childResources.pipe(
-          Scope.extend(scope),
-          Effect.mapError((e) => new ChildFailed({ kind: "start", reason: `cannot acquire child resources: ${String(e)}` }))
-        )
-      }
+      yield* resources.acquire.pipe(
+        Scope.extend(scope),
+        Effect.mapError((e) => new ChildFailed({ kind: "start", reason: `cannot acquire child resources: ${e.message}` }))
+      )
       const child = yield* spawn({
         settings: config.child,
         env: config.childEnv,
@@ -426,7 +390,7 @@ export const make = Effect.gen(function*() {
         Effect.mapError((e) => new ChildFailed({ kind: "start", reason: e.message }))
       )
       const hello = yield* guarded(child, child.client.Hello(), config.startDeadline)
-      const contexts = config.admission === undefined ? {} : yield* config.admission.admit(hello, planOn(child)).pipe(
+      const contexts = yield* admission.admit(hello, planOn(child)).pipe(
         Scope.extend(scope),
         // A child that failed while planning is a child fault (restart); anything else is a refusal.
         Effect.mapError((e) => new ChildFailed({ kind: e._tag === "EngineUnavailable" ? "start" : "admission", reason: e.message }))
@@ -461,12 +425,10 @@ export const make = Effect.gen(function*() {
         // Warm-up touches the role's buffers, so the growth measured after it is real allocation.
         yield* warm(child, loaded)
         const after = yield* guarded(child, child.client.Memory())
-        if (config.admission !== undefined) {
-          yield* config.admission.measured(role, {
-            rssBytes: after.rssBytes - before.rssBytes,
-            vramBytes: after.vramUsedBytes - before.vramUsedBytes
-          })
-        }
+        yield* admission.measured(role, {
+          rssBytes: after.rssBytes - before.rssBytes,
+          vramBytes: after.vramUsedBytes - before.vramUsedBytes
+        })
       }
       const incarnation: Incarnation = { number, child, scope, hello, models }
       // Watch the process: an exit while serving is a failure (stopping on purpose interrupts this first).
@@ -834,4 +796,7 @@ export const make = Effect.gen(function*() {
   })
 })
 
-export const layer: Layer.Layer<NativeWorker, never, NativeWorkerConfig> = Layer.scoped(NativeWorker, make)
+export const layer: Layer.Layer<NativeWorker, never, NativeWorkerConfig | WorkerAdmission | ChildResources> = Layer.scoped(
+  NativeWorker,
+  make
+)

@@ -16,10 +16,17 @@ export const testRunEnv: Record<string, string> = process.env.NATIVEGEN_TEST_RUN
   ? {}
   : { NATIVEGEN_TEST_RUN: process.env.NATIVEGEN_TEST_RUN }
 
-/** A worker with tiny as the generation model and decision as the decision model, small contexts. */
-export const workerLayer = (overrides: Partial<NativeWorker.NativeWorkerConfigShape> = {}) =>
+/**
+ * A worker with tiny as the generation model and decision as the decision model, small contexts.
+ * Its hooks are no-ops unless given (e.g. `NativeWorker.ChildResources.layer(...)`).
+ */
+export const workerLayer = (
+  overrides: Partial<NativeWorker.NativeWorkerConfigShape> = {},
+  hooks: Layer.Layer<NativeWorker.WorkerAdmission | NativeWorker.ChildResources> = NativeWorker.hooksNoop
+) =>
   // Fresh: it.layer shares a memo map per file, and each suite wants its own child.
   Layer.fresh(NativeWorker.layer).pipe(
+    Layer.provide(hooks),
     Layer.provide(
       NativeWorker.NativeWorkerConfig.layer({
         child: testChild,
