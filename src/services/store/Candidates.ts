@@ -68,7 +68,8 @@ const unusableTags: ReadonlySet<string> = new Set<UnusableError["_tag"]>([
 ])
 const isUnusable = (e: { readonly _tag: string }): e is UnusableError => unusableTags.has(e._tag)
 
-export const passedOver = (indexed: Indexed, error: UnusableError): PassedOver => ({
+/** An activation passed over, with the refusal that made it unusable. */
+const passedOver = (indexed: Indexed, error: UnusableError): PassedOver => ({
   model: indexed.entry.model,
   role: indexed.entry.role,
   device: indexed.entry.device,
@@ -94,6 +95,7 @@ const activationsOf = (state: Journal.State, selector: Selector, device: string)
   return found
 }
 
+/** Logs each activation passed over (the newer ones before the one used). */
 const warnPassedOver = (skipped: ReadonlyArray<{ readonly indexed: Indexed; readonly error: UnusableError }>) =>
   Effect.forEach(skipped, ({ error, indexed }) =>
     Effect.logWarning("store: activation passed over").pipe(
@@ -227,4 +229,5 @@ export const make = (parts: Parts) => {
   return { active, candidates, activePerModel } as const
 }
 
+/** What the store reads as active; reaping keeps the artifacts of `activePerModel`. */
 export type Reading = ReturnType<typeof make>
