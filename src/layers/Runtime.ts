@@ -1,42 +1,46 @@
 /**
- * The live runtime: wiring only. Store (with the packaged seed imported) -> the model each role
- * runs, leased for as long as an engine child may map it -> NativeWorker, whose first child's
- * inventory gives Admission its device budget and whose models load at the contexts Admission
- * admits -> Scheduler -> Provider.
+ * The live runtime: a composition of the services' layers.
  *
- * `layer` is the store-backed runtime (what `nativegen serve` runs); `layerWithModels` loads
- * model files by path (tests, development) with everything else the same.
+ *   Provider <- Conversations, Scheduler <- StartCheck <- NativeWorker <- WorkerAdmissionLive
+ *            <- Admission <- DeviceInventory, each with its config layer
+ *
+ * The worker's first child publishes its inventory to the DeviceInventory, from which Admission
+ * reads the device budget; the worker loads its models at the contexts Admission admits. The
+ * store-backed `layer` leases, for as long as an engine child may map it, the model each role runs
+ * (what `nativegen serve` runs); `layerWithModels` loads model files by path (tests, development)
+ * with everything else the same.
  *
  * Recovery at start (store-backed): each role tries its candidates in the store's order (its
  * activations from the newest, then the packaged seed). An activation that no longer verifies is
  * passed over; a model the engine refuses to load is replaced by the role's next candidate in a
- * fresh engine. Each is logged and listed in readiness's recovery actions; the start fails only
- * when a role has no candidate left, with every reason.
+ * fresh engine (the engine's layer built again in a scope of its own). Each is logged and listed
+ * in readiness's recovery actions; the start fails only when a role has no candidate left, with
+ * every reason.
  *
  * Both layers fail with `RuntimeStartError` (see `RuntimeError`): the store unavailable, a role
  * with no loadable model, no context admitted, or the engine not started.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
-import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
-import * as Stream from "effect/Stream"
 import type { Role } from "../domain/Inference.js"
-import { EngineUnavailable, type ModelLoadFailed } from "../domain/EngineError.js"
 import * as Path from "node:path"
 import * as Admission from "../services/Admission.js"
+import * as WorkerAdmissionLive from "../services/admission/WorkerAdmissionLive.js"
 import * as Conversations from "../services/Conversations.js"
+import { DeviceInventory } from "../services/DeviceInventory.js"
 import * as NativeWorker from "../services/NativeWorker.js"
 import * as Provider from "../services/Provider.js"
 import * as Scheduler from "../services/Scheduler.js"
 import * as Store from "../services/Store.js"
 import { ggufMediaType } from "../domain/Manifest.js"
 import { NoLoadableModel, type RuntimeStartError, toStartError } from "./RuntimeError.js"
+import * as StartCheck from "./StartCheck.js"
 
 export {
   ContextAdmissionFailed,
@@ -72,122 +76,98 @@ interface RoleSource {
   readonly revision?: NativeWorker.RoleModel["revision"]
 }
 
-/** The engine refused a role's model (when planning or loading it): another model may do (internal to the start). */
-class RoleLoadFailed extends Data.TaggedError("RoleLoadFailed")<{
-  readonly role: Role
-  readonly reason: string
-}> {
-  override get message() {
-    return `the ${this.role} model did not load: ${this.reason}`
-  }
-}
-
 /**
- * The engine side: worker, admission, scheduler and provider over the given role models.
- * Fails with Admission's typed error when no context fits, RoleLoadFailed when the engine refused
- * a role's model, or EngineUnavailable when the first engine child never got as far as admission.
+ * The engine side over the given role models: worker, admission, scheduler, conversations and
+ * provider, composed from their layers. Fails with Admission's typed error when no context fits,
+ * RoleLoadFailed when the engine refused a role's model, or EngineUnavailable when the first
+ * engine child never got as far as admission.
  */
-const engine = (
+const engineLayer = (
   models: { readonly [R in Role]?: RoleSource | undefined },
   options: Partial<RuntimeOptions>,
   childResources: Layer.Layer<NativeWorker.ChildResources> = NativeWorker.ChildResources.layerNoop,
   recoveryActions?: ReadonlyArray<NativeWorker.RecoveryAction>
-) =>
-  Effect.gen(function*() {
-    const schedulerConfig = { ...Scheduler.SchedulerConfig.defaults, ...options.scheduler }
-    const admissionConfig = { ...Admission.AdmissionConfig.defaults, ...options.admission }
-    const sequences: { readonly [R in Role]: number } = { generation: Scheduler.sequencesOf(schedulerConfig), decision: 1 }
-    const roles: { [R in Role]?: Admission.RoleRequest } = {}
-    const roleModels: { [R in Role]?: NativeWorker.RoleModel } = {}
-    for (const role of ["generation", "decision"] as const) {
-      const source = models[role]
-      if (source === undefined) continue
-      roles[role] = { modelPath: source.modelPath, sequences: sequences[role] }
-      roleModels[role] = {
-        modelPath: source.modelPath,
-        contextSize: admissionConfig.contextCap[role],
-        sequences: sequences[role],
-        revision: source.revision
-      }
+) => {
+  const schedulerConfig = { ...Scheduler.SchedulerConfig.defaults, ...options.scheduler }
+  const admissionConfig = { ...Admission.AdmissionConfig.defaults, ...options.admission }
+  const sequences: { readonly [R in Role]: number } = { generation: Scheduler.sequencesOf(schedulerConfig), decision: 1 }
+  const roles: { [R in Role]?: Admission.RoleRequest } = {}
+  const roleModels: { [R in Role]?: NativeWorker.RoleModel } = {}
+  for (const role of ["generation", "decision"] as const) {
+    const source = models[role]
+    if (source === undefined) continue
+    roles[role] = { modelPath: source.modelPath, sequences: sequences[role] }
+    roleModels[role] = {
+      modelPath: source.modelPath,
+      contextSize: admissionConfig.contextCap[role],
+      sequences: sequences[role],
+      revision: source.revision
     }
-    const bridge = yield* Admission.forWorker(roles).pipe(Effect.provideService(Admission.AdmissionConfig, admissionConfig))
-    const workerConfig: NativeWorker.NativeWorkerConfigShape = {
-      ...NativeWorker.NativeWorkerConfig.defaults,
-      ...options.worker,
-      models: roleModels,
-      recoveryActions
-    }
-    const worker = yield* NativeWorker.make.pipe(
-      Effect.provideService(NativeWorker.NativeWorkerConfig, workerConfig),
-      Effect.provideService(NativeWorker.WorkerAdmission, bridge.hooks),
-      Effect.provide(childResources)
-    )
-    const started = yield* worker.readiness
-    if (started.loadFailure !== undefined) return yield* new RoleLoadFailed(started.loadFailure)
-    const roleOf = (modelPath: string) => (["generation", "decision"] as const).find((role) => models[role]?.modelPath === modelPath)
-    // The worker is built once its first child is ready or has failed; a child that never reached
-    // admission leaves the service without a budget, so the runtime cannot start.
-    const admission = yield* Effect.raceFirst(
-      bridge.admission,
-      worker.states.pipe(
-        Stream.filter((s) => s === "failed" || s === "stopped"),
-        Stream.runHead,
-        Effect.zipRight(worker.readiness),
-        Effect.flatMap((r) => Effect.fail(new EngineUnavailable({ reason: r.reason ?? r.state })))
-      )
-    ).pipe(
-      // A model the engine cannot even plan is refused when admission plans it.
-      Effect.catchTag("ModelLoadFailed", (e): Effect.Effect<never, ModelLoadFailed | RoleLoadFailed> => {
-        const role = roleOf(e.modelPath)
-        return role === undefined ? Effect.fail(e) : Effect.fail(new RoleLoadFailed({ role, reason: e.message }))
-      })
-    )
-    const context = Context.make(NativeWorker.NativeWorker, worker).pipe(Context.add(Admission.Admission, admission))
-    const scheduler = yield* Scheduler.make.pipe(
-      Effect.provide(context),
-      Effect.provideService(Scheduler.SchedulerConfig, schedulerConfig)
-    )
-    const generation = models.generation
-    const conversations = yield* Conversations.make.pipe(
-      Effect.provide(context),
-      Effect.provideService(Conversations.ConversationsConfig, {
+  }
+  const workerConfig: NativeWorker.NativeWorkerConfigShape = {
+    ...NativeWorker.NativeWorkerConfig.defaults,
+    ...options.worker,
+    models: roleModels,
+    recoveryActions
+  }
+
+  // Shared by reference (each built once per runtime): the inventory, admission and the worker's hooks.
+  const inventory = DeviceInventory.layer
+  const admission = Admission.layer.pipe(
+    Layer.provide(inventory),
+    Layer.provide(Admission.AdmissionConfig.layer(admissionConfig))
+  )
+  const workerAdmission = WorkerAdmissionLive.layer(roles).pipe(Layer.provide(Layer.merge(admission, inventory)))
+  const worker = NativeWorker.layer.pipe(
+    Layer.provide(Layer.merge(workerAdmission, childResources)),
+    Layer.provide(NativeWorker.NativeWorkerConfig.layer(workerConfig))
+  )
+  // Nothing is built on the worker until its first start passed the check.
+  const started = StartCheck.layer(models).pipe(Layer.provide(workerAdmission), Layer.provideMerge(worker))
+  const scheduler = Scheduler.layer.pipe(Layer.provide(Scheduler.SchedulerConfig.layer(schedulerConfig)))
+  const conversations = Conversations.layer.pipe(Layer.provide(conversationsConfig(models.generation, options)))
+  const provider = Provider.layer.pipe(Layer.provide(Provider.ProviderConfig.layer({ prefillChunk: workerConfig.prefillChunk })))
+  return provider.pipe(
+    Layer.provideMerge(conversations),
+    Layer.provideMerge(scheduler),
+    Layer.provideMerge(Layer.merge(started, admission))
+  )
+}
+
+/** Conversations' configuration; state files are bound to the generation model's digest. */
+const conversationsConfig = (generation: RoleSource | undefined, options: Partial<RuntimeOptions>) =>
+  Layer.effect(
+    Conversations.ConversationsConfig,
+    Effect.gen(function*() {
+      return {
         ...options.conversations,
         directory: options.conversationsDirectory,
         maxSaved: options.conversationsMaxSaved,
-        // State files are bound to the model's digest; without a directory nothing is saved, and
-        // a model given by path is not read through just to name one.
+        // Without a directory nothing is saved, and a model given by path is not read through just to name one.
         modelDigest: generation === undefined || options.conversationsDirectory === undefined
           ? generation?.digest ?? "unsaved"
           : generation.digest ?? (yield* Conversations.digestOfFile(generation.modelPath))
-      })
-    )
-    const services = context.pipe(
-      Context.add(Scheduler.Scheduler, scheduler),
-      Context.add(Conversations.Conversations, conversations)
-    )
-    const provider = yield* Provider.make.pipe(
-      Effect.provide(services),
-      Effect.provideService(Provider.ProviderConfig, { prefillChunk: workerConfig.prefillChunk })
-    )
-    return Context.add(services, Provider.Provider, provider)
-  })
+      }
+    })
+  )
 
 /** The runtime over model files given by path (no store). A model the engine refuses leaves its role with `NoLoadableModel`. */
 export const layerWithModels = (
   models: { readonly [R in Role]?: string | undefined },
   options: Partial<RuntimeOptions> = {}
 ) =>
-  Layer.scopedContext(
-    engine(
-      {
-        generation: models.generation === undefined ? undefined : { modelPath: models.generation },
-        decision: models.decision === undefined ? undefined : { modelPath: models.decision }
-      },
-      options
-    ).pipe(
-      Effect.catchTag("RoleLoadFailed", (e) =>
-        Effect.fail(new NoLoadableModel({ role: e.role, reasons: [`${models[e.role]} did not load: ${e.reason}`] }))),
-      Effect.mapError((e): RuntimeStartError => toStartError(e))
+  // Fresh: the services are this runtime's own, whatever else the graph it is built in holds.
+  Layer.fresh(engineLayer(
+    {
+      generation: models.generation === undefined ? undefined : { modelPath: models.generation },
+      decision: models.decision === undefined ? undefined : { modelPath: models.decision }
+    },
+    options
+  )).pipe(
+    Layer.mapError((e): RuntimeStartError =>
+      e._tag === "RoleLoadFailed"
+        ? new NoLoadableModel({ role: e.role, reasons: [`${models[e.role]} did not load: ${e.reason}`] })
+        : toStartError(e)
     )
   )
 
@@ -268,12 +248,13 @@ export const layer = (options: Partial<RuntimeOptions> = {}) =>
             (digest) => store.lease(digest),
             { discard: true }
           )
-          return yield* engine(
+          const engine = engineLayer(
             { generation: sourceOf(chosen.generation), decision: sourceOf(chosen.decision) },
             { ...options, conversationsDirectory: options.conversationsDirectory ?? Path.join(store.root, "conversations") },
             NativeWorker.ChildResources.layer(leases),
             [...actions]
-          ).pipe(Scope.extend(scope), Effect.onError(() => Scope.close(scope, Exit.void)))
+          )
+          return yield* Layer.buildWithScope(engine, scope).pipe(Effect.onError(() => Scope.close(scope, Exit.void)))
         })
 
       const chosen = { generation: yield* settle("generation", next("generation")), decision: yield* settle("decision", next("decision")) }

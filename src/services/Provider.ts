@@ -13,6 +13,7 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import * as FiberMap from "effect/FiberMap"
 import * as Crypto from "node:crypto"
 import type {
   CountRequest,
@@ -34,7 +35,10 @@ import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
 import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
+import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
+
+export { ProviderConfig, type ProviderConfigShape } from "./provider/ProviderConfig.js"
 
 export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
   /** Streams a generation: Text chunks (per channel), then one Done chunk. Interrupt to cancel. */
@@ -62,11 +66,6 @@ interface Step {
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
 
-/** The engine's prefill chunk, which preparation aligns to. */
-export class ProviderConfig extends Context.Tag("nativegen/ProviderConfig")<ProviderConfig, {
-  readonly prefillChunk: number
-}>() {}
-
 export const make = Effect.gen(function*() {
   const { prefillChunk } = yield* ProviderConfig
   const worker = yield* NativeWorker
@@ -74,7 +73,7 @@ export const make = Effect.gen(function*() {
   const scheduler = yield* Scheduler
   const conversations = yield* Conversations
   /** Preparations running per conversation; a turn of that conversation preempts its preparation. */
-  const preparing = new Map<string, Fiber.RuntimeFiber<unknown, unknown>>()
+  const preparing = yield* FiberMap.make<string, void, ProviderError>()
   /** Conversations whose slot was last filled by a preparation. */
   const prepared = new Set<string>()
 
@@ -87,15 +86,11 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       if (conversation === undefined) return
       const { idleConversationSlots } = yield* scheduler.status
-      yield* idleConversationSlots > 0 ? stopPreparing(conversation) : Fiber.interruptAll(Array.from(preparing.values()))
+      yield* idleConversationSlots > 0 ? stopPreparing(conversation) : FiberMap.clear(preparing)
     })
 
   /** Interrupts the conversation's own preparation, if one runs. */
-  const stopPreparing = (conversation: string) =>
-    Effect.suspend(() => {
-      const fiber = preparing.get(conversation)
-      return fiber === undefined ? Effect.void : Fiber.interrupt(fiber)
-    })
+  const stopPreparing = (conversation: string) => FiberMap.remove(preparing, conversation)
 
   /**
    * The prompt of a turn: with a checkpoint, the held tokens it proves, then the template's close
@@ -331,11 +326,9 @@ export const make = Effect.gen(function*() {
           ))
         )
       }))
-      const fiber = yield* Effect.fork(work)
-      preparing.set(conversation, fiber)
-      const exit = yield* Fiber.await(fiber).pipe(Effect.ensuring(Effect.sync(() => {
-        if (preparing.get(conversation) === fiber) preparing.delete(conversation)
-      })))
+      // Kept in the map under the conversation until it ends (a preempting turn interrupts it there).
+      const fiber = yield* FiberMap.run(preparing, conversation, work)
+      const exit = yield* Fiber.await(fiber)
       if (Exit.isSuccess(exit)) return result(done >= tokens.length)
       if (Exit.isInterrupted(exit)) return result(false)
       return yield* Effect.failCause(exit.cause)
@@ -393,4 +386,4 @@ export const make = Effect.gen(function*() {
 })
 
 export const layer: Layer.Layer<Provider, never, NativeWorker | Admission | Scheduler | Conversations | ProviderConfig> =
-  Layer.effect(Provider, make)
+  Layer.scoped(Provider, make)

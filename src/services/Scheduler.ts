@@ -24,40 +24,10 @@ import { Admission } from "./Admission.js"
 import type { WorkspaceTooLarge } from "./AdmissionError.js"
 import { NativeWorker } from "./NativeWorker.js"
 import { QueueFull, QueueTimeout } from "./ProviderError.js"
+import { SchedulerConfig, type SchedulerConfigShape } from "./scheduler/SchedulerConfig.js"
 import * as SlotPool from "./scheduler/SlotPool.js"
 
-const MiB = 1024 * 1024
-
-export interface SchedulerConfigShape {
-  /** Sequences (slots) of the generation context that conversations own, LRU. Default 2. */
-  readonly slots: number
-  /**
-   * Further sequences for requests without a conversation (utility calls, one-off prompts): they
-   * never take, evict or disturb a conversation's slot. Default 1.
-   */
-  readonly anonymousSlots: number
-  /** Requests that may wait at once (all lanes); one more is refused with QueueFull. Default 64. */
-  readonly maxQueued: number
-  /** How long a request may wait for its slot, the engine and its workspace. Default 60 s. */
-  readonly queueTimeout: Duration.Duration
-  /** Transient workspace charged per generation (sampling, logits, batch arrays). Default 16 MiB. */
-  readonly generationWorkspaceBytes: number
-  /** Transient workspace charged per decision head (its label rows of logits). Default 64 MiB. */
-  readonly decisionWorkspaceBytesPerHead: number
-}
-
-export class SchedulerConfig extends Context.Tag("nativegen/SchedulerConfig")<SchedulerConfig, SchedulerConfigShape>() {
-  static readonly defaults: SchedulerConfigShape = {
-    slots: 2,
-    anonymousSlots: 1,
-    maxQueued: 64,
-    queueTimeout: Duration.seconds(60),
-    generationWorkspaceBytes: 16 * MiB,
-    decisionWorkspaceBytesPerHead: 64 * MiB
-  }
-  static readonly layer = (config: Partial<SchedulerConfigShape> = {}) =>
-    Layer.succeed(SchedulerConfig, { ...SchedulerConfig.defaults, ...config })
-}
+export { SchedulerConfig, type SchedulerConfigShape } from "./scheduler/SchedulerConfig.js"
 
 export interface GenerationTicket {
   readonly lane: Exclude<Lane, "decision">

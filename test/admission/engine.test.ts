@@ -31,9 +31,22 @@ const config = (overrides: Partial<Admission.AdmissionConfigShape>): Admission.A
   ...overrides
 })
 
-/** Admission over the shared worker's device with the given configuration. */
+/** Admission.layer over the shared worker's first child's inventory, published by hand, with the given configuration. */
 const admissionWith = (c: Admission.AdmissionConfigShape) =>
-  Admission.make.pipe(Effect.provideService(Admission.AdmissionConfig, c), Logger.withMinimumLogLevel(LogLevel.Warning))
+  Effect.gen(function*() {
+    const { backend, devices } = yield* Effect.flatMap(NativeWorker, (worker) => worker.readiness)
+    return yield* Admission.Admission.pipe(
+      Effect.provide(Admission.layer.pipe(
+        Layer.provide(Admission.DeviceInventory.layerPublished({ backend: backend ?? "unknown", devices })),
+        Layer.provide(Admission.AdmissionConfig.layer(c))
+      )),
+      Logger.withMinimumLogLevel(LogLevel.Warning)
+    )
+  })
+
+/** Context admission planned on the shared worker. */
+const admitContexts = (admission: Admission.Admission["Type"], roles: Parameters<Admission.Admission["Type"]["admitContexts"]>[0]) =>
+  Effect.flatMap(NativeWorker, (worker) => admission.admitContexts(roles, worker.plan))
 
 /** What context admission will charge a model at each candidate size, straight from the child's plan. */
 const needs = (modelPath: string, cap: number, c: Admission.AdmissionConfigShape, sequences = 1) =>
@@ -58,7 +71,7 @@ describe("Admission with a real engine child", () => {
         // Precondition: every larger generation context needs more than that budget leaves.
         for (const [size, need] of gen) if (size > 2048) assert.isAbove(need, gen.get(2048)!, `size ${size}`)
         const admission = yield* admissionWith({ ...base, capBytes })
-        const admitted = yield* admission.admitContexts({
+        const admitted = yield* admitContexts(admission, {
           generation: { modelPath: generation },
           decision: { modelPath: decision }
         })
@@ -99,7 +112,7 @@ describe("Admission with a real engine child", () => {
         const capBytes = dec.get(256)! + gen.get(256)! + base.workspaceReservationBytes - 1
         const admission = yield* admissionWith({ ...base, capBytes })
         const error = yield* Effect.flip(
-          admission.admitContexts({ generation: { modelPath: generation }, decision: { modelPath: decision } })
+          admitContexts(admission, { generation: { modelPath: generation }, decision: { modelPath: decision } })
         )
         assert.strictEqual(error._tag, "ContextAdmissionFailed")
         if (error._tag !== "ContextAdmissionFailed") return
@@ -117,7 +130,7 @@ describe("Admission with a real engine child", () => {
     it.effect("an ample budget keeps the exact cap off the block grid, and stops at the trained context", () =>
       Effect.gen(function*() {
         const admission = yield* admissionWith(config({ capBytes: 4096 * MiB }))
-        const admitted = yield* admission.admitContexts({
+        const admitted = yield* admitContexts(admission, {
           generation: { modelPath: generation, cap: 16384, sequences: 2 },
           decision: { modelPath: decision, cap: 1000 }
         })
@@ -125,7 +138,7 @@ describe("Admission with a real engine child", () => {
           ["decision", 1000, "cap"],
           ["generation", 8192, "trainedContext"]
         ])
-        const bad = yield* Effect.flip(admission.admitContexts({ generation: { modelPath: generation, cap: 0 } }))
+        const bad = yield* Effect.flip(admitContexts(admission, { generation: { modelPath: generation, cap: 0 } }))
         assert.strictEqual(bad._tag, "InvalidContextCap")
       }))
 
@@ -135,9 +148,10 @@ describe("Admission with a real engine child", () => {
         const { devices } = yield* worker.readiness
         const admission = yield* admissionWith(Admission.AdmissionConfig.defaults)
         const device = devices.find((d) => d.kind === "cpu")!
-        assert.strictEqual(admission.device.source, "inventory")
-        assert.strictEqual(admission.device.budgetBytes, Math.max(0, device.freeBytes - 512 * MiB))
-        const admitted = yield* admission.admitContexts({ generation: { modelPath: generation }, decision: { modelPath: decision } })
+        const budget = yield* admission.device
+        assert.strictEqual(budget.source, "inventory")
+        assert.strictEqual(budget.budgetBytes, Math.max(0, device.freeBytes - 512 * MiB))
+        const admitted = yield* admitContexts(admission, { generation: { modelPath: generation }, decision: { modelPath: decision } })
         assert.deepStrictEqual(admitted.roles.map((r) => [r.role, r.contextSize]), [["decision", 4096], ["generation", 8192]])
       }))
 

@@ -42,14 +42,17 @@ describe("Admission plan margin against measured memory", () => {
           client.Plan({ modelPath, contextSizes, sequences }).pipe(
             Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
           )
-        const admission = yield* Admission.makeWith({ device: hello.devices[0]!, plan }).pipe(
-          Effect.provideService(Admission.AdmissionConfig, Admission.AdmissionConfig.defaults)
+        const admission = yield* Admission.Admission.pipe(
+          Effect.provide(Admission.layer.pipe(
+            Layer.provide(Admission.DeviceInventory.layerPublished(hello)),
+            Layer.provide(Admission.AdmissionConfig.layerDefaults)
+          ))
         )
         const models: Record<Role, string> = { generation: ensureModel("small"), decision: ensureModel("decision") }
         const admitted = yield* admission.admitContexts({
           generation: { modelPath: models.generation, cap: 4096 },
           decision: { modelPath: models.decision, cap: 1024 }
-        })
+        }, plan)
         const figures: Array<string> = []
         for (const role of ["generation", "decision"] as const) {
           const r = admitted.roles.find((a) => a.role === role)!
