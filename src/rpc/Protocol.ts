@@ -2,8 +2,8 @@
  * The server side of the wire: newline-delimited JSON on each accepted socket (what the client
  * speaks), as an `RpcServer.Protocol` over a `SocketServer`. It is the stock socket protocol
  * (`RpcServer.layerProtocolSocketServer`) plus what that one lacks (frames: `Framing`; envelopes
- * and the messages it writes itself: `Envelope`; the in-flight cap per connection is the
- * `InFlightLimit` middleware, not part of the protocol):
+ * and the messages it writes itself: `Envelope`; writes: `ResponseWriter`; the in-flight cap per
+ * connection is the `InFlightLimit` middleware, not part of the protocol):
  *
  * - **Message size and depth.** A frame is refused once it exceeds `maxMessageBytes`, before it is
  *   buffered further: the rest of it is discarded unread. A frame that nests arrays and objects
@@ -29,11 +29,10 @@
  *   that stops reading cannot hold a generation (and its engine slot) forever.
  * - A connection that closes disconnects its client in the server: its requests are interrupted.
  * - Responses are written without waiting for the client to read them; a connection with more
- *   than `maxBufferedBytes` (2 MiB) of unread responses is closed.
+ *   than `ResponseWriter.maxBufferedBytes` (2 MiB) of unread responses is closed.
  *
  * Every timer is one sweeper fiber on the Effect clock that wakes at the earliest deadline.
  */
-import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import type * as Socket from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import type * as Rpc from "@effect/rpc/Rpc"
@@ -60,6 +59,7 @@ import {
   toEncoded
 } from "./Envelope.js"
 import { Framer, headBytes, maxNestingDepth, nestsDeeperThan } from "./Framing.js"
+import * as ResponseWriter from "./ResponseWriter.js"
 import {
   AckTimeout,
   FirstMessageTimeout,
@@ -95,9 +95,6 @@ export const limitsOf = (options: Limits): Limits => ({
   idleTimeout: options.idleTimeout,
   ackTimeout: options.ackTimeout
 })
-
-/** Responses buffered for a client that does not read them, before its connection is closed. */
-export const maxBufferedBytes = 2 * 1024 * 1024
 
 interface Connection {
   readonly id: number
@@ -298,34 +295,8 @@ export const make = <Rpcs extends Rpc.Any>(
     const onSocket = (socket: Socket.Socket) =>
       Effect.gen(function*() {
         const id = nextId++
-        const writeRaw = yield* socket.writer
-        const net = yield* Effect.serviceOption(NodeSocket.NetSocket)
+        const write = yield* ResponseWriter.make(socket, id)
         const closing = yield* Deferred.make<void>()
-        const write = (message: FromServerEncoded): Effect.Effect<void> => {
-          let line: string
-          try {
-            line = JSON.stringify(message) + "\n"
-          } catch (cause) {
-            line = JSON.stringify(defectMessage(`cannot encode a response: ${String(cause)}`)) + "\n"
-          }
-          if (Option.isNone(net)) return Effect.catchAll(writeRaw(line), () => Effect.void)
-          // Never waits for the client to read (a stuck write would hold up shutdown, which cannot
-          // interrupt a request's final write); streams are paced by the client's acks instead,
-          // and a client that lets too much pile up is cut off.
-          const conn = net.value
-          return Effect.suspend(() => {
-            if (conn.destroyed || conn.writableEnded) return Effect.void
-            if (conn.writableLength <= maxBufferedBytes) {
-              conn.write(line)
-              return Effect.void
-            }
-            const bufferedBytes = conn.writableLength
-            conn.destroy()
-            return Effect.logWarning("rpc: closed a connection that does not read its responses").pipe(
-              Effect.annotateLogs({ service: "RpcServer", connection: id, bufferedBytes })
-            )
-          })
-        }
         const now = clock.unsafeCurrentTimeMillis()
         const connection: Connection = {
           id,
