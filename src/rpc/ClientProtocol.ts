@@ -4,9 +4,11 @@
  * connection (an idle close, a limit, a restart):
  *
  * - The connection is opened by `connect`, and after it is lost again only when a call needs it.
- * - A call made while there is no connection waits for one (attempts back off from 50 ms to 1 s)
- *   for at most `reconnectTimeout`, then fails with why: the server's last closing notice (a limit
- *   error), or `ConnectionFailed` naming the socket and the last reason.
+ * - A call made while there is no connection waits for one for at most `reconnectTimeout`, then
+ *   fails with why: the server's last closing notice (a limit error), or `ConnectionFailed` naming
+ *   the socket and the last reason. The connection is retried on `reconnectSchedule`: a connection
+ *   fails when it cannot be opened or is lost before the server answered anything; one that was
+ *   answered starts the schedule afresh.
  * - When the connection is lost, a call the server had answered in part (a chunk of a stream) fails
  *   with `ConnectionFailed`: nothing it delivered is repeated. A call the server had not answered
  *   at all is sent again on the next connection (waiting as above): the server never started it,
@@ -16,10 +18,13 @@
  */
 import type { FromServerEncoded, ResponseExitEncoded } from "@effect/rpc/RpcMessage"
 import * as RpcClient from "@effect/rpc/RpcClient"
+import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import * as FiberId from "effect/FiberId"
 import * as Queue from "effect/Queue"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Net from "node:net"
@@ -53,6 +58,8 @@ interface Live {
   pongDue: boolean
   /** Whether the server answered any call on it. */
   answered: boolean
+  /** Completed with why, when it is lost. */
+  readonly lost: Deferred.Deferred<RpcLayerError>
 }
 
 const decodeNotice = Schema.decodeUnknownEither(RpcLimitError)
@@ -72,8 +79,17 @@ const openFailure = (cause: unknown): OpenFailure => ({
   message: cause instanceof Error ? cause.message : String(cause)
 })
 
-/** The delay before the next connection attempt after `failures` failed ones in a row. */
-const backoffMillis = (failures: number): number => failures === 0 ? 0 : Math.min(1000, 50 * 2 ** (failures - 1))
+/** The longest wait between connection attempts. */
+const maxReconnectDelay = Duration.seconds(1)
+
+/**
+ * The waits between failed connections in a row: 50 ms doubling, at most 1 s, jittered (0.8 to
+ * 1.2 times) so that clients of a restarted server do not all come back at the same moment.
+ */
+export const reconnectSchedule: Schedule.Schedule<Duration.Duration> = Schedule.exponential(Duration.millis(50)).pipe(
+  Schedule.jittered,
+  Schedule.modifyDelay((_, delay) => Duration.min(delay, maxReconnectDelay))
+)
 
 /**
  * The protocol, and `connect`, which opens the first connection (fails with why it could not).
@@ -92,22 +108,20 @@ export const make = (
     const reconnectMillis = Duration.toMillis(options.reconnectTimeout)
     /** What the server said (or what this side made up), in order, for the RPC client. */
     const responses = yield* Queue.unbounded<FromServerEncoded>()
-    /** Set when a call waits for a connection. */
-    const wanted = yield* Queue.sliding<void>(1)
+    /** Set when a call waits for a connection, or one is installed. */
+    const wake = yield* Queue.sliding<void>(1)
     /** Calls waiting for a connection, in the order they were made: their line and deadline. */
     const waiting = new Map<string, { readonly line: string; readonly deadline: number }>()
     let live: Live | undefined
     let closed = false
     /** Why the last connection ended or could not be opened: what a call that waited too long fails with. */
     let lastFailure: RpcLayerError = new ConnectionFailed({ socketPath, reason: "not connected" })
-    /** Failed connection attempts, and connections lost before any answer, since the last answer. */
-    let failures = 0
 
     const respond = (message: FromServerEncoded) => void Queue.unsafeOffer(responses, message)
 
     const wait = (requestId: string, line: string, deadline = clock.unsafeCurrentTimeMillis() + reconnectMillis) => {
       waiting.set(requestId, { line, deadline })
-      Queue.unsafeOffer(wanted, undefined)
+      Queue.unsafeOffer(wake, undefined)
     }
 
     const write = (connection: Live, requestId: string, line: string, deadline?: number) => {
@@ -124,7 +138,6 @@ export const make = (
       if (live !== connection) return
       live = undefined
       connection.socket.destroy()
-      if (!connection.answered) failures++
       lastFailure = why
       const reason = why._tag === "ConnectionFailed" ? why.reason : why.message
       for (const [requestId, sent] of connection.sent) {
@@ -138,6 +151,7 @@ export const make = (
         }
       }
       connection.sent.clear()
+      Deferred.unsafeDone(connection.lost, Effect.succeed(why))
     }
 
     const onMessage = (connection: Live, message: FromServerEncoded) => {
@@ -149,7 +163,6 @@ export const make = (
         case "Exit": {
           const sent = connection.sent.get(message.requestId)
           if (sent !== undefined) {
-            failures = 0
             connection.answered = true
             if (message._tag === "Exit") connection.sent.delete(message.requestId)
             else sent.line = undefined
@@ -168,9 +181,10 @@ export const make = (
       }
     }
 
-    const install = (socket: Net.Socket) => {
-      const connection: Live = { socket, sent: new Map(), pongDue: false, answered: false }
+    const install = (socket: Net.Socket): Live => {
+      const connection: Live = { socket, sent: new Map(), pongDue: false, answered: false, lost: Deferred.unsafeMake(FiberId.none) }
       live = connection
+      Queue.unsafeOffer(wake, undefined)
       let partial = ""
       socket.setEncoding("utf8")
       socket.on("data", (data: string) => {
@@ -197,6 +211,7 @@ export const make = (
       for (const [requestId, { deadline, line }] of waiting) write(connection, requestId, line, deadline)
       waiting.clear()
       if (socket.destroyed) lose(connection, new ConnectionFailed({ socketPath, reason: "the connection closed as it opened" }))
+      return connection
     }
 
     const open = Effect.async<Net.Socket, OpenFailure>((resume) => {
@@ -215,15 +230,11 @@ export const make = (
       return Effect.sync(() => void socket.destroy())
     })
 
-    /** Fails the waiting calls whose deadline has passed; returns the earliest deadline left. */
-    const expire = (): number => {
+    /** Fails the waiting calls whose deadline has passed. */
+    const expire = (): void => {
       const now = clock.unsafeCurrentTimeMillis()
-      let earliest = Infinity
       for (const [requestId, { deadline }] of waiting) {
-        if (deadline > now) {
-          earliest = Math.min(earliest, deadline)
-          continue
-        }
+        if (deadline > now) continue
         waiting.delete(requestId)
         respond(failureExit(
           requestId,
@@ -235,31 +246,46 @@ export const make = (
             : lastFailure
         ))
       }
-      return earliest
     }
 
-    /** Connects while calls wait (and none has a connection), with backoff, until they have one or give up. */
-    const reconnect: Effect.Effect<void> = Effect.gen(function*() {
-      for (;;) {
-        const earliest = expire()
-        if (live !== undefined || waiting.size === 0 || closed) return
-        const delay = Math.min(backoffMillis(failures), earliest - clock.unsafeCurrentTimeMillis())
-        if (delay > 0) {
-          yield* Effect.sleep(Duration.millis(delay))
-          if (expire() === Infinity || live !== undefined || closed) return
-        }
-        const attempt = yield* Effect.either(open)
-        if (Either.isRight(attempt)) {
-          if (closed) attempt.right.destroy()
-          else install(attempt.right)
-          return
-        }
-        failures++
-        lastFailure = new ConnectionFailed({ socketPath, reason: connectReason(attempt.left) })
-      }
+    /** How long until the earliest waiting call gives up: no retry waits longer than that. */
+    const untilEarliestDeadline = (): Duration.Duration => {
+      let earliest = Infinity
+      for (const { deadline } of waiting.values()) earliest = Math.min(earliest, deadline)
+      return Duration.millis(Math.max(0, earliest - clock.unsafeCurrentTimeMillis()))
+    }
+
+    /** Until a connection is live or a call waits for one; calls past their deadline fail meanwhile. */
+    const needed: Effect.Effect<void> = Effect.suspend(() => {
+      expire()
+      return live !== undefined || (waiting.size > 0 && !closed) ? Effect.void : Effect.zipRight(Queue.take(wake), needed)
     })
 
-    yield* Queue.take(wanted).pipe(Effect.zipRight(reconnect), Effect.forever, Effect.interruptible, Effect.forkScoped)
+    /**
+     * One connection's life: the live one, or one opened when a call needs it, until it is lost.
+     * Fails when it cannot be opened, or is lost before the server answered anything on it.
+     */
+    const session: Effect.Effect<void, RpcLayerError> = Effect.gen(function*() {
+      yield* needed
+      let current = live
+      if (current === undefined) {
+        const socket = yield* Effect.mapError(
+          open,
+          (failure) => lastFailure = new ConnectionFailed({ socketPath, reason: connectReason(failure) })
+        )
+        if (closed) return socket.destroy()
+        current = install(socket)
+      }
+      const why = yield* Deferred.await(current.lost)
+      if (!current.answered) return yield* Effect.fail(why)
+    })
+
+    yield* session.pipe(
+      Effect.retry(reconnectSchedule.pipe(Schedule.modifyDelay((_, delay) => Duration.min(delay, untilEarliestDeadline())))),
+      Effect.forever,
+      Effect.interruptible,
+      Effect.forkScoped
+    )
 
     yield* Effect.sync(() => {
       const connection = live
@@ -283,7 +309,7 @@ export const make = (
       })
     )
 
-    const connect = Effect.flatMap(open, (socket) => Effect.sync(() => install(socket)))
+    const connect = Effect.flatMap(open, (socket) => Effect.sync(() => void install(socket)))
 
     const protocol = yield* RpcClient.Protocol.make((writeResponse) =>
       Effect.as(

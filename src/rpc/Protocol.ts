@@ -1,7 +1,9 @@
 /**
  * The server side of the wire: newline-delimited JSON on each accepted socket (what the client
  * speaks), as an `RpcServer.Protocol` over a `SocketServer`. It is the stock socket protocol
- * (`RpcServer.layerProtocolSocketServer`) plus what that one lacks:
+ * (`RpcServer.layerProtocolSocketServer`) plus what that one lacks (frames: `Framing`; envelopes
+ * and the messages it writes itself: `Envelope`; writes: `ResponseWriter`; the in-flight cap per
+ * connection is the `InFlightLimit` middleware, not part of the protocol):
  *
  * - **Message size and depth.** A frame is refused once it exceeds `maxMessageBytes`, before it is
  *   buffered further: the rest of it is discarded unread. A frame that nests arrays and objects
@@ -22,23 +24,20 @@
  *   `Defect` message whose defect is the encoded limit error (`TooManyPendingConnections`,
  *   `FirstMessageTimeout`, `IdleTimeout`, `TooManyConnections`, ...). A connection closed for a
  *   limit runs no request it had not read by then: the client may send those again elsewhere.
- * - **In-flight requests** per connection (from the request to its exit, streams included): one
- *   over `maxInFlightPerConnection` fails with `TooManyRequests`.
  * - **Streams** are paced by the client's acks (one chunk outstanding per stream); a stream whose
  *   client takes no chunk for `ackTimeout` is cancelled and fails with `AckTimeout`, so a client
  *   that stops reading cannot hold a generation (and its engine slot) forever.
  * - A connection that closes disconnects its client in the server: its requests are interrupted.
  * - Responses are written without waiting for the client to read them; a connection with more
- *   than `maxBufferedBytes` (2 MiB) of unread responses is closed.
+ *   than `ResponseWriter.maxBufferedBytes` (2 MiB) of unread responses is closed.
  *
  * Every timer is one sweeper fiber on the Effect clock that wakes at the earliest deadline.
  */
-import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import type * as Socket from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import type * as Rpc from "@effect/rpc/Rpc"
 import type * as RpcGroup from "@effect/rpc/RpcGroup"
-import type { FromClientEncoded, FromServerEncoded, RequestEncoded } from "@effect/rpc/RpcMessage"
+import type { FromClientEncoded, FromServerEncoded } from "@effect/rpc/RpcMessage"
 import * as RpcServer from "@effect/rpc/RpcServer"
 import * as Deferred from "effect/Deferred"
 import * as Duration from "effect/Duration"
@@ -47,18 +46,29 @@ import * as Either from "effect/Either"
 import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import * as ParseResult from "effect/ParseResult"
-import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
+import {
+  decodeIncoming,
+  defectMessage,
+  dieExit,
+  failureExit,
+  type IncomingRequest,
+  noticeOf,
+  requestIdOf,
+  requestIdOfHead,
+  toEncoded
+} from "./Envelope.js"
+import { Framer, headBytes, maxNestingDepth, nestsDeeperThan } from "./Framing.js"
+import * as ResponseWriter from "./ResponseWriter.js"
 import {
   AckTimeout,
   FirstMessageTimeout,
   IdleTimeout,
   MessageTooDeep,
   MessageTooLarge,
-  RpcLimitError,
+  type RpcLimitError,
   TooManyConnections,
-  TooManyPendingConnections,
-  TooManyRequests
+  TooManyPendingConnections
 } from "./RpcError.js"
 
 export interface Limits {
@@ -68,8 +78,6 @@ export interface Limits {
   readonly maxConnections: number
   /** Connections that have not sent their first request yet. */
   readonly maxPendingConnections: number
-  /** Requests in flight on one connection. */
-  readonly maxInFlightPerConnection: number
   /** How long a new connection may take to send its first request. */
   readonly firstMessageTimeout: Duration.Duration
   /** How long an admitted connection may stay without a request in flight. */
@@ -83,168 +91,10 @@ export const limitsOf = (options: Limits): Limits => ({
   maxMessageBytes: options.maxMessageBytes,
   maxConnections: options.maxConnections,
   maxPendingConnections: options.maxPendingConnections,
-  maxInFlightPerConnection: options.maxInFlightPerConnection,
   firstMessageTimeout: options.firstMessageTimeout,
   idleTimeout: options.idleTimeout,
   ackTimeout: options.ackTimeout
 })
-
-// ---------------------------------------------------------------------------------------------
-// Framing
-// ---------------------------------------------------------------------------------------------
-
-/** Responses buffered for a client that does not read them, before its connection is closed. */
-export const maxBufferedBytes = 2 * 1024 * 1024
-
-/** Deepest nesting of arrays and objects in a message (requests nest a handful of levels). */
-export const maxNestingDepth = 64
-
-/** Bytes of an oversized frame kept to find its request id and tag. */
-const headBytes = 512
-const newline = 0x0a
-
-/**
- * Splits a byte stream into newline-terminated frames, never holding more than `max` bytes of
- * one: a longer frame is reported once (with its first bytes) and the rest of it skipped.
- */
-export class Framer {
-  private parts: Array<Uint8Array> = []
-  private size = 0
-  private discarding = false
-
-  constructor(private readonly max: number) {}
-
-  push(
-    chunk: Uint8Array,
-    onFrame: (frame: Buffer) => void,
-    onOversized: (head: Buffer, size: number) => void
-  ): void {
-    let start = 0
-    for (;;) {
-      const nl = chunk.indexOf(newline, start)
-      const piece = chunk.subarray(start, nl === -1 ? chunk.length : nl)
-      if (!this.discarding && piece.length > 0) {
-        if (this.size + piece.length > this.max) {
-          const parts = [...this.parts, piece]
-          const head = Buffer.concat(parts.map((p) => p.subarray(0, headBytes))).subarray(0, headBytes)
-          const size = this.size + piece.length
-          this.parts = []
-          this.size = 0
-          this.discarding = true
-          onOversized(head, size)
-        } else {
-          this.parts.push(piece)
-          this.size += piece.length
-        }
-      }
-      if (nl === -1) return
-      if (!this.discarding && this.size > 0) onFrame(Buffer.concat(this.parts, this.size))
-      this.parts = []
-      this.size = 0
-      this.discarding = false
-      start = nl + 1
-    }
-  }
-}
-
-/**
- * Whether the JSON text `frame` nests arrays and objects deeper than `max` (brackets inside
- * strings do not count). Decoding errors are printed recursively, so a deep enough value would
- * overflow the stack where it is reported: such a frame is refused before it is parsed.
- */
-export const nestsDeeperThan = (frame: Uint8Array, max: number): boolean => {
-  if (frame.length <= max) return false
-  let depth = 0
-  let inString = false
-  for (let i = 0; i < frame.length; i++) {
-    const byte = frame[i]!
-    if (inString) {
-      if (byte === 0x5c) i++
-      else if (byte === 0x22) inString = false
-    } else if (byte === 0x22) {
-      inString = true
-    } else if (byte === 0x5b || byte === 0x7b) {
-      if (++depth > max) return true
-    } else if (byte === 0x5d || byte === 0x7d) {
-      depth--
-    }
-  }
-  return false
-}
-
-// ---------------------------------------------------------------------------------------------
-// Envelopes
-// ---------------------------------------------------------------------------------------------
-
-const RequestId = Schema.String.pipe(Schema.pattern(/^[0-9]{1,20}$/, { identifier: "RequestId" }))
-
-const Incoming = Schema.Union(
-  Schema.Struct({
-    _tag: Schema.Literal("Request"),
-    id: RequestId,
-    tag: Schema.String,
-    payload: Schema.optionalWith(Schema.Unknown, { default: () => ({}) }),
-    headers: Schema.optionalWith(Schema.Array(Schema.Tuple(Schema.String, Schema.String)), { default: () => [] }),
-    traceId: Schema.optional(Schema.String),
-    spanId: Schema.optional(Schema.String),
-    sampled: Schema.optional(Schema.Boolean)
-  }),
-  Schema.Struct({ _tag: Schema.Literal("Ack", "Interrupt"), requestId: RequestId }),
-  Schema.Struct({ _tag: Schema.Literal("Ping", "Eof") })
-)
-type Incoming = typeof Incoming.Type
-
-const decodeIncoming = Schema.decodeUnknownEither(Incoming)
-const encodeLimitError = Schema.encodeSync(RpcLimitError)
-const encodeDefect = Schema.encodeSync(Schema.Defect)
-
-/** `{"_tag":"Request","id":"<digits>","tag":"<name>"` at the start of a frame, as the Effect client writes it. */
-const requestHead = /^\s*\{\s*"_tag"\s*:\s*"Request"\s*,\s*"id"\s*:\s*"([0-9]{1,20})"\s*,\s*"tag"\s*:\s*"([A-Za-z0-9_]{1,64})"/
-
-const failureExit = (requestId: string, error: RpcLimitError): FromServerEncoded => ({
-  _tag: "Exit",
-  requestId,
-  exit: { _tag: "Failure", cause: { _tag: "Fail", error: encodeLimitError(error) } }
-})
-
-const dieExit = (requestId: string, defect: string): FromServerEncoded => ({
-  _tag: "Exit",
-  requestId,
-  exit: { _tag: "Failure", cause: { _tag: "Die", defect: encodeDefect(defect) } }
-})
-
-const defectMessage = (defect: string): FromServerEncoded => ({ _tag: "Defect", defect: encodeDefect(defect) })
-
-/** What the server writes before it closes a connection for a limit: a defect that is the limit error. */
-export const noticeOf = (error: RpcLimitError): FromServerEncoded => ({ _tag: "Defect", defect: encodeLimitError(error) })
-
-const toEncoded = (message: Incoming): FromClientEncoded => {
-  switch (message._tag) {
-    case "Request": {
-      const request: RequestEncoded = {
-        _tag: "Request",
-        id: message.id,
-        tag: message.tag,
-        payload: message.payload,
-        headers: message.headers.map(([k, v]): [string, string] => [k, v]),
-        ...(message.traceId === undefined ? {} : { traceId: message.traceId }),
-        ...(message.spanId === undefined ? {} : { spanId: message.spanId }),
-        ...(message.sampled === undefined ? {} : { sampled: message.sampled })
-      }
-      return request
-    }
-    case "Ack":
-    case "Interrupt":
-      return { _tag: message._tag, requestId: message.requestId }
-    case "Ping":
-    case "Eof":
-      return { _tag: message._tag }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The protocol
-// ---------------------------------------------------------------------------------------------
 
 interface Connection {
   readonly id: number
@@ -339,11 +189,11 @@ export const make = <Rpcs extends Rpc.Any>(
 
     /** Fails `requestId` with `error` when the head of its frame names it, else closes the connection. */
     const refuseFrame = (connection: Connection, head: Buffer, error: RpcLimitError): Effect.Effect<void> => {
-      const match = requestHead.exec(head.toString("latin1"))
-      return match !== null ? connection.write(failureExit(match[1]!, error)) : beginClose(connection, error, false)
+      const requestId = requestIdOfHead(head)
+      return requestId !== undefined ? connection.write(failureExit(requestId, error)) : beginClose(connection, error, false)
     }
 
-    const onRequest = (connection: Connection, message: Extract<Incoming, { _tag: "Request" }>): Effect.Effect<void> => {
+    const onRequest = (connection: Connection, message: IncomingRequest): Effect.Effect<void> => {
       if (connection.phase === "closing") {
         return connection.refusal === undefined ? Effect.void : connection.write(failureExit(message.id, connection.refusal))
       }
@@ -362,12 +212,6 @@ export const make = <Rpcs extends Rpc.Any>(
       if (connection.inFlight.has(message.id)) {
         return Effect.zipRight(first, connection.write(defectMessage(`request id ${message.id} is already in flight`)))
       }
-      if (connection.inFlight.size >= limits.maxInFlightPerConnection) {
-        return Effect.zipRight(
-          first,
-          connection.write(failureExit(message.id, new TooManyRequests({ limit: limits.maxInFlightPerConnection })))
-        )
-      }
       connection.inFlight.add(message.id)
       connection.lastActive = clock.unsafeCurrentTimeMillis()
       return Effect.zipRight(first, writeRequest(connection.id, toEncoded(message)))
@@ -385,10 +229,7 @@ export const make = <Rpcs extends Rpc.Any>(
       }
       const decoded = decodeIncoming(json)
       if (Either.isLeft(decoded)) {
-        const id = typeof json === "object" && json !== null && "id" in json && typeof json.id === "string" &&
-            /^[0-9]{1,20}$/.test(json.id)
-          ? json.id
-          : undefined
+        const id = requestIdOf(json)
         const reason = `malformed message: ${ParseResult.TreeFormatter.formatErrorSync(decoded.left)}`
         return connection.write(id === undefined ? defectMessage(reason) : dieExit(id, reason))
       }
@@ -454,34 +295,8 @@ export const make = <Rpcs extends Rpc.Any>(
     const onSocket = (socket: Socket.Socket) =>
       Effect.gen(function*() {
         const id = nextId++
-        const writeRaw = yield* socket.writer
-        const net = yield* Effect.serviceOption(NodeSocket.NetSocket)
+        const write = yield* ResponseWriter.make(socket, id)
         const closing = yield* Deferred.make<void>()
-        const write = (message: FromServerEncoded): Effect.Effect<void> => {
-          let line: string
-          try {
-            line = JSON.stringify(message) + "\n"
-          } catch (cause) {
-            line = JSON.stringify(defectMessage(`cannot encode a response: ${String(cause)}`)) + "\n"
-          }
-          if (Option.isNone(net)) return Effect.catchAll(writeRaw(line), () => Effect.void)
-          // Never waits for the client to read (a stuck write would hold up shutdown, which cannot
-          // interrupt a request's final write); streams are paced by the client's acks instead,
-          // and a client that lets too much pile up is cut off.
-          const conn = net.value
-          return Effect.suspend(() => {
-            if (conn.destroyed || conn.writableEnded) return Effect.void
-            if (conn.writableLength <= maxBufferedBytes) {
-              conn.write(line)
-              return Effect.void
-            }
-            const bufferedBytes = conn.writableLength
-            conn.destroy()
-            return Effect.logWarning("rpc: closed a connection that does not read its responses").pipe(
-              Effect.annotateLogs({ service: "RpcServer", connection: id, bufferedBytes })
-            )
-          })
-        }
         const now = clock.unsafeCurrentTimeMillis()
         const connection: Connection = {
           id,

@@ -1,8 +1,8 @@
 /**
  * The RPC server: `NativegenRpcs` over the Provider and the Store, on a Unix socket in a private
  * directory (see `SocketDirectory`), with limits on message size and depth, connections (pending,
- * admitted, idle) and in-flight requests per connection, and a deadline on streams' acks (see
- * `Protocol`). Building the layer claims the socket and listens;
+ * admitted, idle) and a deadline on streams' acks (see `Protocol`), and a cap on the requests in
+ * flight per connection (the `InFlightLimit` middleware on every RPC). Building the layer claims the socket and listens;
  * closing its scope interrupts every request, closes every connection (forcibly after a short
  * grace for a client that does not read), removes the socket and releases the lock.
  */
@@ -24,6 +24,7 @@ import type { Provider } from "../services/Provider.js"
 import type { Store } from "../services/Store.js"
 import { NativegenRpcs } from "./Api.js"
 import * as Handlers from "./Handlers.js"
+import * as InFlightLimit from "./InFlightLimit.js"
 import * as Protocol from "./Protocol.js"
 import { AlreadyRunning, ListenFailed, type ServerStartError } from "./RpcError.js"
 import * as SocketDirectory from "./SocketDirectory.js"
@@ -232,8 +233,14 @@ export const layer = (options: ServerOptions): Layer.Layer<never, ServerStartErr
   const protocol = Layer.scoped(RpcServer.Protocol, Protocol.make(NativegenRpcs, Protocol.limitsOf(options))).pipe(
     Layer.provide(socketServer)
   )
-  return RpcServer.layer(NativegenRpcs, { disableFatalDefects: true, spanPrefix: "NativegenRpc" }).pipe(
+  // The served group carries the middleware; clients use `NativegenRpcs` as it is (every RPC's
+  // error schema already has `TooManyRequests`), so the wire is the same.
+  return RpcServer.layer(NativegenRpcs.middleware(InFlightLimit.InFlightLimit), {
+    disableFatalDefects: true,
+    spanPrefix: "NativegenRpc"
+  }).pipe(
     Layer.provide(Handlers.layer),
+    Layer.provide(InFlightLimit.layer(options.maxInFlightPerConnection)),
     Layer.provide(protocol)
   )
 }

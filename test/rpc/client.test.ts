@@ -6,6 +6,7 @@
  * part of its answer is not repeated: calls.test.ts. The real runtime's restart: restart.test.ts.)
  */
 import { assert, describe, it } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
@@ -13,6 +14,7 @@ import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Context from "effect/Context"
 import * as Option from "effect/Option"
+import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as Scope from "effect/Scope"
 import * as Fs from "node:fs"
@@ -21,6 +23,7 @@ import * as Path from "node:path"
 import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { Readiness } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
+import * as ClientProtocol from "../../src/rpc/ClientProtocol.js"
 import { Provider } from "../../src/services/Provider.js"
 import { serve, tempDir } from "./support/serve.js"
 import * as TestProvider from "./support/TestProvider.js"
@@ -142,5 +145,18 @@ describe("the client across a lost connection", () => {
       assert.include(error.reason, "the server closed the connection")
       assert.isBelow(Date.now() - started, 10_000)
       assert.isAbove(counts.length, 1)
+      // Connections lost unanswered back off (from 50 ms, doubling) rather than start afresh: about
+      // seven in 2 s, where reconnecting at once each time would make thousands.
+      assert.isBelow(counts.length, 12)
     }).pipe(Effect.scoped))
+
+  it.effect("reconnection waits 50 ms doubling, jittered by at most 20 %, never more than 1 s", () =>
+    Effect.gen(function*() {
+      const delays = yield* Schedule.run(Schedule.delays(ClientProtocol.reconnectSchedule), 0, Array.from({ length: 12 }, (_, i) => i))
+      Chunk.toReadonlyArray(delays).forEach((delay, i) => {
+        const base = 50 * 2 ** i
+        assert.isAtLeast(Duration.toMillis(delay), Math.min(0.8 * base, 1000), `delay ${i}`)
+        assert.isAtMost(Duration.toMillis(delay), Math.min(1.2 * base, 1000), `delay ${i}`)
+      })
+    }))
 })

@@ -12,7 +12,7 @@ import * as Queue from "effect/Queue"
 import * as Stream from "effect/Stream"
 import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { InvalidRequest } from "../../src/services/ProviderError.js"
-import { Framer } from "../../src/rpc/Protocol.js"
+import { Framer } from "../../src/rpc/Framing.js"
 import { MessageTooLarge, TooManyRequests } from "../../src/rpc/RpcError.js"
 import { connect as rawConnect, type RawClient, request } from "./support/RawClient.js"
 import { connect, serve } from "./support/serve.js"
@@ -155,5 +155,32 @@ describe("RPC protocol", () => {
       yield* generation.offer({ _tag: "End" })
       assert.deepStrictEqual((yield* raw.exitOf("1")).exit, { _tag: "Success" })
       yield* countIsServed(raw, "3")
+    }))
+
+  it.scoped("in-flight limit per connection: two connections, each at its own cap, are refused and freed independently", () =>
+    Effect.gen(function*() {
+      const { control, socketPath } = yield* serve({ maxInFlightPerConnection: 1 })
+      const first = yield* rawConnect(socketPath)
+      const second = yield* rawConnect(socketPath)
+      // The same request id on both: the count is the connection's, not the id's.
+      yield* first.send(request("1", "Generate", { messages: [], maxTokens: 1 }))
+      const firstGeneration = yield* Queue.take(control.generations)
+      yield* second.send(request("1", "Generate", { messages: [], maxTokens: 1 }))
+      const secondGeneration = yield* Queue.take(control.generations)
+      for (const raw of [first, second]) {
+        yield* raw.send(request("2", "Count", { text: "a" }))
+        assert.deepStrictEqual(failureOf(yield* raw.exitOf("2"))?.error, { _tag: "TooManyRequests", limit: 1 })
+      }
+      // The first connection's stream ends: its slot frees, the second stays at its cap.
+      yield* firstGeneration.offer({ _tag: "End" })
+      assert.deepStrictEqual((yield* first.exitOf("1")).exit, { _tag: "Success" })
+      yield* countIsServed(first, "3")
+      yield* second.send(request("3", "Count", { text: "a" }))
+      assert.deepStrictEqual(failureOf(yield* second.exitOf("3"))?.error, { _tag: "TooManyRequests", limit: 1 })
+      // An interrupted stream frees its slot too.
+      yield* second.send({ _tag: "Interrupt", requestId: "1" })
+      yield* Deferred.await(secondGeneration.ended)
+      assert.isDefined(failureOf(yield* second.exitOf("1")))
+      yield* countIsServed(second, "4")
     }))
 })
