@@ -17,7 +17,7 @@ import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as Net from "node:net"
 import { EngineFailure } from "../domain/EngineError.js"
-import { makeEngine } from "./Engine.js"
+import * as Engine from "./Engine.js"
 import { parseFailpoints } from "./Failpoints.js"
 import { childSettingsFromEnv } from "./ChildSettings.js"
 import { engineSerialization } from "./Framing.js"
@@ -50,14 +50,15 @@ const typed = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
 const typedStream = <A, E, R>(operation: string, stream: Stream.Stream<A, E, R>) =>
   Stream.catchSomeCause(stream, (cause) => Option.map(Cause.dieOption(cause), (defect) => Stream.fail(failureOf(operation, defect))))
 
+const faults = {
+  failpoints,
+  writeRaw: (bytes: Uint8Array) => void channel.write(bytes),
+  exit: () => channel.end(() => process.exit(3))
+}
+
 const main = Effect.gen(function*() {
   const shutdown = yield* Deferred.make<void>()
-  const faults = {
-    failpoints,
-    writeRaw: (bytes: Uint8Array) => void channel.write(bytes),
-    exit: () => channel.end(() => process.exit(3))
-  }
-  const engine = yield* Effect.acquireRelease(makeEngine(settings, faults), (engine) => engine.dispose)
+  const engine = yield* Engine.Engine
   const Handlers = EngineRpcs.toLayer({
     Hello: () => engine.hello,
     Memory: () => engine.memory,
@@ -86,7 +87,8 @@ const main = Effect.gen(function*() {
   yield* Deferred.await(shutdown)
 })
 
-NodeRuntime.runMain(Effect.scoped(main), {
+// The engine outlives the server (forked in main's scope): it is disposed after the server stops.
+NodeRuntime.runMain(Effect.scoped(main).pipe(Effect.provide(Engine.layer(settings, faults))), {
   // Exit as soon as the engine is disposed: the open channel would otherwise keep the process alive.
   teardown: (exit, onExit) => {
     channel.destroy()

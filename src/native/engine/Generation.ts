@@ -1,0 +1,303 @@
+/**
+ * Generations on the generation model's sequences, as a state machine driven by the host: Begin
+ * claims an idle sequence and keeps the longest cached prefix of the prompt; each Advance step is
+ * one prefill chunk or one decoded token (so a cancel lands at the next step and other lanes run
+ * between steps); End releases the sequence. What a generation produced stays with it, so an
+ * Advance can replay from any index the host did not receive. A generation whose model is unloaded
+ * is forgotten; every generation still open is ended when the engine's scope closes.
+ */
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp"
+import {
+  type EngineError,
+  type InvalidEngineRequest,
+  type RoleNotLoaded,
+  UnknownGeneration
+} from "../../domain/EngineError.js"
+import type { Failpoints } from "../Failpoints.js"
+import { type AdvanceEvent, DECODE_RUN_AHEAD, type Lane, type Sampling, type StopReason } from "../Protocol.js"
+import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
+import { afterDecodedToken, type FaultHooks } from "./Faults.js"
+import type { Native } from "./Llama.js"
+import { wholeChunksCached } from "./PrefixReuse.js"
+import type { Residents } from "./Residents.js"
+
+export interface BeginRequest {
+  readonly generationId: string
+  readonly lane: Lane
+  readonly sequence: number
+  readonly prompt: ReadonlyArray<number>
+  readonly sampling: Sampling
+  readonly maxTokens: number
+  readonly stopTokens: ReadonlyArray<number>
+  readonly prefillChunk: number
+  readonly prefillOnly?: boolean | undefined
+  readonly confidence?: boolean | undefined
+  readonly reuseOnGrid?: boolean | undefined
+}
+
+export interface Generations {
+  /** Registers a generation on an idle sequence; answers how many prompt tokens its cache already held. */
+  readonly begin: (request: BeginRequest) => Effect.Effect<{ readonly reusedTokens: number }, EngineError>
+  /**
+   * Streams the generation's steps from `fromIndex`: first what was already produced past that
+   * index (the host may have missed it when it paused), then new steps until it finishes.
+   */
+  readonly advance: (generationId: string, fromIndex: number) => Stream.Stream<AdvanceEvent, EngineError>
+  /** Forgets the generation and closes its evaluation; an End before its Begin keeps that Begin from registering. */
+  readonly end: (generationId: string) => Effect.Effect<void>
+  /** A generation sequence that no generation is using. */
+  readonly idleSequence: (index: number) => Effect.Effect<LlamaContextSequence, InvalidEngineRequest | RoleNotLoaded>
+}
+
+interface Generation {
+  readonly id: string
+  readonly sequenceIndex: number
+  readonly sequence: LlamaContextSequence
+  readonly model: LlamaModel
+  readonly prompt: ReadonlyArray<Token>
+  readonly sampling: Sampling
+  readonly maxTokens: number
+  readonly stopTokens: ReadonlySet<number>
+  readonly prefillChunk: number
+  readonly lane: Lane
+  /** Prefill the whole prompt and finish without sampling. */
+  readonly prefillOnly: boolean
+  /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
+  prefilled: number
+  iterator: AsyncGenerator<{ readonly token: Token; readonly confidence?: number }, void, void | Token | Token[]> | undefined
+  /** Report each sampled token's probability (after sampling options). */
+  readonly confidence: boolean
+  readonly confidences: Array<number>
+  readonly tokens: Array<number>
+  readonly texts: Array<string>
+  /** Tokens whose text is held back until their UTF-8 sequence completes. */
+  pendingText: Array<number>
+  finished: StopReason | undefined
+}
+
+/** How many ended-before-begun generation ids the engine remembers. */
+const MAX_ENDED = 4096
+
+/** Text for a newly sampled token; held back while it ends in an incomplete UTF-8 sequence. */
+const textOf = (g: Generation, token: number): string => {
+  g.pendingText.push(token)
+  // Held-back tokens are already in g.tokens (the new one is not yet): the context ends before them.
+  const end = g.tokens.length - (g.pendingText.length - 1)
+  const context = g.tokens.slice(Math.max(0, end - 8), end) as Array<Token>
+  const text = g.model.detokenize(g.pendingText as Array<Token>, false, context)
+  if (text.endsWith("\uFFFD") && g.pendingText.length < 4) return ""
+  g.pendingText = []
+  return text
+}
+
+/** Where prefill stops: before the last prompt token (it is evaluated to sample), or at the end. */
+const prefillEnd = (g: Generation) => (g.prefillOnly ? g.prompt.length : g.prompt.length - 1)
+
+export const make = (
+  native: Native,
+  residents: Residents,
+  faults: FaultHooks | undefined
+): Effect.Effect<Generations, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const { options, step } = native
+    const failpoints: Failpoints | undefined = faults?.failpoints
+    const decoded = afterDecodedToken(faults)
+    let decodedTokens = 0
+    const generations = new Map<string, Generation>()
+    /** Generation ids ended before they began (bounded; oldest forgotten first). */
+    const ended = new Set<string>()
+
+    residents.onUnload((r) => {
+      for (const [id, g] of generations) if (r.sequences.includes(g.sequence)) generations.delete(id)
+    })
+
+    const idleSequence = (index: number) =>
+      Effect.gen(function*() {
+        const r = yield* residents.resident("generation")
+        const sequence = r.sequences[index]
+        if (!Number.isInteger(index) || sequence === undefined) {
+          return yield* Effect.fail(invalid("sequence", index, `must be an integer in [0, ${r.sequences.length})`))
+        }
+        for (const g of generations.values()) {
+          if (g.sequence === sequence) return yield* Effect.fail(invalid("sequence", index, `busy with generation ${g.id}`))
+        }
+        return sequence
+      })
+
+    const begin = (request: BeginRequest) =>
+      Effect.gen(function*() {
+        const r = yield* residents.resident("generation")
+        if (generations.has(request.generationId)) {
+          return yield* Effect.fail(invalid("generationId", request.generationId, "already begun"))
+        }
+        if (request.prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
+        yield* checkPositiveInt("maxTokens", request.maxTokens)
+        yield* checkPositiveInt("prefillChunk", request.prefillChunk)
+        const sequence = yield* idleSequence(request.sequence)
+        yield* checkPromptTokens(request.prompt, r.vocabularySize)
+        const needed = request.prompt.length + request.maxTokens
+        if (needed > r.context.contextSize) {
+          return yield* Effect.fail(
+            invalid("maxTokens", request.maxTokens, `prompt ${request.prompt.length} + max tokens exceeds context ${r.context.contextSize}`)
+          )
+        }
+        // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to
+        // sample; prefill-only keeps all of it). On the grid, only whole prefill chunks are kept, so
+        // the rest is split into the same batches as a cold run (bit-identical probabilities).
+        const prefillChunk = Math.min(request.prefillChunk, options.batchSize)
+        const candidates = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
+        const keep = request.reuseOnGrid === true
+          ? wholeChunksCached(sequence.contextTokens, candidates, prefillChunk)
+          : candidates
+        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
+        const reused = sequence.nextTokenIndex
+        // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
+        if (ended.delete(request.generationId)) {
+          return yield* Effect.fail(invalid("generationId", request.generationId, "was ended before it began"))
+        }
+        generations.set(request.generationId, {
+          id: request.generationId,
+          sequenceIndex: request.sequence,
+          sequence,
+          model: r.model,
+          prompt: request.prompt as Array<Token>,
+          sampling: request.sampling,
+          maxTokens: request.maxTokens,
+          stopTokens: new Set(request.stopTokens),
+          prefillChunk,
+          lane: request.lane,
+          prefillOnly: request.prefillOnly === true,
+          prefilled: reused,
+          iterator: undefined,
+          confidence: request.confidence === true,
+          confidences: [],
+          tokens: [],
+          texts: [],
+          pendingText: [],
+          finished: undefined
+        })
+        return { reusedTokens: reused }
+      })
+
+    const generation = (generationId: string) =>
+      Effect.suspend(() => {
+        const g = generations.get(generationId)
+        return g === undefined ? Effect.fail(new UnknownGeneration({ generationId })) : Effect.succeed(g)
+      })
+
+    /** One step: a prefill chunk or one decoded token. */
+    const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
+      const last = prefillEnd(g)
+      if (g.prefilled < last) {
+        // Chunks end on the grid of multiples of the chunk size, wherever reuse left off: a prompt
+        // whose cached part ends on the grid is split into the same batches as a cold run.
+        const chunkEnd = (Math.floor(g.prefilled / g.prefillChunk) + 1) * g.prefillChunk
+        const chunk = g.prompt.slice(g.prefilled, Math.min(chunkEnd, last))
+        return Effect.map(
+          step("prefill", async () => {
+            await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
+            g.prefilled += chunk.length
+          }, g.lane),
+          // Read after the step: the tokens prefilled so far, this chunk included.
+          () => ({ _tag: "Prefilled", done: g.prefilled, total: g.prompt.length }) as const
+        )
+      }
+      return Effect.map(
+        step("decode", async () => {
+          if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
+            await new Promise<never>(() => {})
+          }
+          g.iterator ??= g.sequence.evaluateWithMetadata([g.prompt[last]!], { confidence: g.confidence }, {
+            yieldEogToken: true,
+            temperature: g.sampling.temperature,
+            ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
+            ...(g.sampling.topP !== undefined ? { topP: g.sampling.topP } : {}),
+            ...(g.sampling.seed !== undefined ? { seed: g.sampling.seed } : {})
+          })
+          const next = await g.iterator.next()
+          if (next.done === true) throw new Error("the sequence ended its evaluation")
+          const token = next.value.token as number
+          if (g.model.isEogToken(next.value.token)) {
+            g.finished = "endOfGeneration"
+            return { _tag: "Finished", reason: g.finished, generated: g.tokens.length } as const
+          }
+          if (g.stopTokens.has(token)) {
+            g.finished = "stopToken"
+            return { _tag: "Finished", reason: g.finished, generated: g.tokens.length } as const
+          }
+          const text = textOf(g, token)
+          g.tokens.push(token)
+          g.texts.push(text)
+          const confidence = next.value.confidence
+          if (confidence !== undefined) g.confidences.push(confidence)
+          if (g.tokens.length >= g.maxTokens) g.finished = "maxTokens"
+          decoded(++decodedTokens)
+          return { _tag: "Token", index: g.tokens.length - 1, token, text, ...(confidence === undefined ? {} : { confidence }) } as const
+        }, g.lane),
+        (event): AdvanceEvent => event
+      )
+    }
+
+    const advance = (generationId: string, fromIndex: number): Stream.Stream<AdvanceEvent, EngineError> =>
+      Stream.unwrap(
+        Effect.gen(function*() {
+          const g = yield* generation(generationId)
+          if (!Number.isInteger(fromIndex) || fromIndex < 0 || fromIndex > g.tokens.length) {
+            return yield* Effect.fail(invalid("fromIndex", fromIndex, `must be in [0, ${g.tokens.length}]`))
+          }
+          const replay = g.tokens.slice(fromIndex).map((token, i): AdvanceEvent => {
+            const confidence = g.confidences[fromIndex + i]
+            return { _tag: "Token", index: fromIndex + i, token, text: g.texts[fromIndex + i]!, ...(confidence === undefined ? {} : { confidence }) }
+          })
+          const prefill = Stream.repeatEffectOption(
+            Effect.suspend(() =>
+              g.prefilled < prefillEnd(g) ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())
+            )
+          )
+          let finishedSent = false
+          const decode = Stream.repeatEffectOption(
+            Effect.suspend((): Effect.Effect<AdvanceEvent, Option.Option<EngineError>> => {
+              if (finishedSent) return Effect.fail(Option.none())
+              if (g.prefillOnly) g.finished ??= "maxTokens"
+              if (g.finished !== undefined) {
+                finishedSent = true
+                return Effect.succeed({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
+              }
+              return Effect.tap(Effect.mapError(advanceOnce(g), Option.some), (e) => {
+                if (e._tag === "Finished") finishedSent = true
+              })
+            })
+          )
+          // Prefill chunks go one at a time (each is long; a cancel lands at the next chunk). Decode
+          // runs up to DECODE_RUN_AHEAD steps ahead of the host's acknowledgements, so the socket
+          // round trip overlaps the next step instead of adding to it.
+          return Stream.fromIterable(replay).pipe(
+            Stream.concat(prefill),
+            Stream.concat(Stream.buffer(decode, { capacity: DECODE_RUN_AHEAD }))
+          )
+        })
+      )
+
+    const end = (generationId: string) =>
+      Effect.suspend(() => {
+        const g = generations.get(generationId)
+        if (g === undefined) {
+          // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
+          // remember it, so that Begin does not register a generation nobody will end.
+          ended.add(generationId)
+          if (ended.size > MAX_ENDED) ended.delete(ended.values().next().value!)
+          return Effect.void
+        }
+        generations.delete(generationId)
+        const iterator = g.iterator
+        return iterator === undefined ? Effect.void : Effect.ignore(step("end", async () => void (await iterator.return())))
+      })
+
+    yield* Effect.addFinalizer(() => Effect.forEach(Array.from(generations.keys()), end, { discard: true }))
+
+    return { begin, advance, end, idleSequence }
+  })

@@ -1,0 +1,61 @@
+/**
+ * What the engine child reports about itself: `hello` (protocol and library versions, backend,
+ * threads, pid, and its devices with their total and free memory) and `memory` (a real reading of
+ * the child's RSS and used VRAM, not node-llama-cpp's memoryUsage, which repeats the plan's
+ * reservation).
+ */
+import * as Effect from "effect/Effect"
+import * as Fs from "node:fs"
+import { createRequire } from "node:module"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { DeviceInfo, HelloInfo, MemoryReading, PROTOCOL_VERSION } from "../Protocol.js"
+import type { Native } from "./Llama.js"
+
+export interface Inventory {
+  readonly hello: Effect.Effect<HelloInfo>
+  readonly memory: Effect.Effect<MemoryReading>
+}
+
+/** node-llama-cpp's version, from the package.json above its resolved entry (it exports no subpath for it). */
+const packageVersion = (): string => {
+  let dir = Path.dirname(createRequire(import.meta.url).resolve("node-llama-cpp"))
+  while (dir !== Path.dirname(dir)) {
+    const file = Path.join(dir, "package.json")
+    if (Fs.existsSync(file)) {
+      const pkg: { name?: string; version?: string } = JSON.parse(Fs.readFileSync(file, "utf8"))
+      if (pkg.name === "node-llama-cpp" && pkg.version !== undefined) return pkg.version
+    }
+    dir = Path.dirname(dir)
+  }
+  return "unknown"
+}
+
+export const make = ({ llama, options }: Native): Inventory => ({
+  hello: Effect.gen(function*() {
+    const gpu = llama.gpu
+    const devices: Array<DeviceInfo> = []
+    if (gpu === false) {
+      devices.push(new DeviceInfo({ name: "cpu", kind: "cpu", totalBytes: Os.totalmem(), freeBytes: Os.freemem() }))
+    } else {
+      const vram = yield* Effect.promise(() => llama.getVramState())
+      const names = yield* Effect.promise(() => llama.getGpuDeviceNames())
+      devices.push(
+        new DeviceInfo({ name: names.join(", ") || gpu, kind: "gpu", totalBytes: vram.total, freeBytes: vram.free })
+      )
+    }
+    return new HelloInfo({
+      protocolVersion: PROTOCOL_VERSION,
+      nodeLlamaCppVersion: packageVersion(),
+      llamaCppRelease: llama.llamaCppRelease.release,
+      backend: gpu === false ? "cpu" : gpu,
+      threads: options.threads,
+      pid: process.pid,
+      devices
+    })
+  }),
+  memory: Effect.gen(function*() {
+    const vramUsedBytes = llama.gpu === false ? 0 : (yield* Effect.promise(() => llama.getVramState())).used
+    return new MemoryReading({ rssBytes: process.memoryUsage.rss(), vramUsedBytes })
+  })
+})
