@@ -26,6 +26,7 @@ import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import type { Role } from "../domain/Inference.js"
 import { EngineUnavailable, type ModelLoadFailed } from "../domain/EngineError.js"
 import * as Path from "node:path"
@@ -58,7 +59,7 @@ export interface RuntimeOptions {
   /** State files kept per model (least recently saved deleted first). Default 32. */
   readonly conversationsMaxSaved: number | undefined
   /** Bounds on conversations' records in memory and refused files on disk (defaults in ConversationsConfig). */
-  readonly conversations: Pick<Conversations.ConversationsConfigShape, "maxHeldConversations" | "maxHeldBytes" | "maxMovedAside">
+  readonly conversations: Pick<Conversations.ConversationsConfig.Options, "maxHeldConversations" | "maxHeldBytes" | "maxMovedAside">
   readonly admission: Partial<Admission.AdmissionConfigShape>
   readonly worker: Partial<NativeWorker.NativeWorkerConfigShape>
   readonly scheduler: Partial<Scheduler.SchedulerConfigShape>
@@ -150,7 +151,7 @@ const engine = (
     const generation = models.generation
     const conversations = yield* Conversations.make.pipe(
       Effect.provide(context),
-      Effect.provideService(Conversations.ConversationsConfig, {
+      Effect.provide(Conversations.ConversationsConfig.layer({
         ...options.conversations,
         directory: options.conversationsDirectory,
         maxSaved: options.conversationsMaxSaved,
@@ -158,8 +159,9 @@ const engine = (
         // a model given by path is not read through just to name one.
         modelDigest: generation === undefined || options.conversationsDirectory === undefined
           ? generation?.digest ?? "unsaved"
-          : generation.digest ?? (yield* Conversations.digestOfFile(generation.modelPath))
-      })
+          : generation.digest ?? (yield* Effect.provide(Conversations.digestOfFile(generation.modelPath), NodeFileSystem.layer))
+      })),
+      Effect.provide(NodeFileSystem.layer)
     )
     const services = context.pipe(
       Context.add(Scheduler.Scheduler, scheduler),

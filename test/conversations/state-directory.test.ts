@@ -4,7 +4,8 @@
  * sidecar's is caught by the sha256; a torn temp file is not published; temp files of dead
  * processes are swept at start; orphaned state files are pruned; moved-aside files are bounded.
  */
-import { assert, describe, it } from "@effect/vitest"
+import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
+import { assert, layer } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as TestClock from "effect/TestClock"
 import * as ChildProcess from "node:child_process"
@@ -28,7 +29,7 @@ const engineWrites = (files: StateFiles.StateFiles, conversation: string, bytes:
   return temp
 }
 
-describe("state file directory", () => {
+layer(NodeFileSystem.layer)("state file directory", (it) => {
   it.effect("commit publishes the pair; the state file is usable only as bound", () =>
     Effect.gen(function*() {
       const options = directory()
