@@ -12,6 +12,9 @@
  * the turn recomputes the history from the record: a bad file costs a prefill, never the
  * conversation. On a graceful stop every conversation held in a slot is saved the same way, so
  * checkpoints survive a restart of the runtime.
+ *
+ * Files go through @effect/platform's FileSystem (the runtime provides NodeFileSystem.layer); the
+ * settings are ConversationsConfig (conversations/ConversationsConfig.ts, re-exported here).
  */
 import type * as FileSystem from "@effect/platform/FileSystem"
 import * as Context from "effect/Context"
