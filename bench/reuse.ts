@@ -27,6 +27,7 @@
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
+import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -352,7 +353,7 @@ const main = Effect.gen(function*() {
     admission: { contextCap: { generation: 4608, decision: 1024 }, workspaceReservationBytes: 64 * MiB },
     scheduler: { slots: SLOTS }
   })
-  yield* program(directory).pipe(Effect.provide(RuntimeLive))
+  yield* program(directory).pipe(Effect.provide(RuntimeLive), Effect.provide(NodeFileSystem.layer))
 }).pipe(Effect.scoped)
 
 Effect.runPromise(main).catch((e) => {

@@ -28,6 +28,7 @@ import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
+import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import type { Role } from "../domain/Inference.js"
 import * as Path from "node:path"
 import * as Admission from "../services/Admission.js"
@@ -62,7 +63,7 @@ export interface RuntimeOptions {
   /** State files kept per model (least recently saved deleted first). Default 32. */
   readonly conversationsMaxSaved: number | undefined
   /** Bounds on conversations' records in memory and refused files on disk (defaults in ConversationsConfig). */
-  readonly conversations: Pick<Conversations.ConversationsConfigShape, "maxHeldConversations" | "maxHeldBytes" | "maxMovedAside">
+  readonly conversations: Pick<Conversations.ConversationsConfig.Options, "maxHeldConversations" | "maxHeldBytes" | "maxMovedAside">
   readonly admission: Partial<Admission.AdmissionConfigShape>
   readonly worker: Partial<NativeWorker.NativeWorkerConfigShape>
   readonly scheduler: Partial<Scheduler.SchedulerConfigShape>
@@ -125,7 +126,10 @@ const engineLayer = (
   // Nothing is built on the worker until its first start passed the check.
   const started = StartCheck.layer(models).pipe(Layer.provide(workerAdmission), Layer.provideMerge(worker))
   const scheduler = Scheduler.layer.pipe(Layer.provide(Scheduler.SchedulerConfig.layer(schedulerConfig)))
-  const conversations = Conversations.layer.pipe(Layer.provide(conversationsConfig(models.generation, options)))
+  const conversations = Conversations.layer.pipe(
+    Layer.provide(conversationsConfig(models.generation, options)),
+    Layer.provide(NodeFileSystem.layer)
+  )
   const provider = Provider.layer.pipe(Layer.provide(Provider.ProviderConfig.layer({ prefillChunk: workerConfig.prefillChunk })))
   return provider.pipe(
     Layer.provideMerge(conversations),
@@ -137,9 +141,9 @@ const engineLayer = (
 /** Conversations' configuration; state files are bound to the generation model's digest. */
 const conversationsConfig = (generation: RoleSource | undefined, options: Partial<RuntimeOptions>) =>
   Layer.effect(
-    Conversations.ConversationsConfig,
+    Conversations.ConversationsConfig.ConversationsConfig,
     Effect.gen(function*() {
-      return {
+      return Conversations.ConversationsConfig.make({
         ...options.conversations,
         directory: options.conversationsDirectory,
         maxSaved: options.conversationsMaxSaved,
@@ -147,7 +151,7 @@ const conversationsConfig = (generation: RoleSource | undefined, options: Partia
         modelDigest: generation === undefined || options.conversationsDirectory === undefined
           ? generation?.digest ?? "unsaved"
           : generation.digest ?? (yield* Conversations.digestOfFile(generation.modelPath))
-      }
+      })
     })
   )
 

@@ -12,13 +12,18 @@
  * the turn recomputes the history from the record: a bad file costs a prefill, never the
  * conversation. On a graceful stop every conversation held in a slot is saved the same way, so
  * checkpoints survive a restart of the runtime.
+ *
+ * Files go through @effect/platform's FileSystem (the runtime provides NodeFileSystem.layer); the
+ * settings are ConversationsConfig (conversations/ConversationsConfig.ts, re-exported here).
  */
+import type * as FileSystem from "@effect/platform/FileSystem"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Path from "node:path"
-import * as FileHash from "../domain/FileHash.js"
 import type { Checkpoint } from "../domain/Inference.js"
+import * as ConversationsConfig from "./conversations/ConversationsConfig.js"
+import { sha256OfFile } from "./conversations/FileSha256.js"
 import * as Records from "./conversations/Records.js"
 import * as StateFiles from "./conversations/StateFiles.js"
 import { hashTokens } from "./conversations/TokenHash.js"
@@ -26,33 +31,8 @@ import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { InvalidCheckpoint } from "./ProviderError.js"
 
 export { hashTokens } from "./conversations/TokenHash.js"
-
-export interface ConversationsConfigShape {
-  /** Where state files live (one subdirectory per model digest); undefined: nothing is saved. */
-  readonly directory: string | undefined
-  /** sha256 of the generation model: state files of any other model are refused. */
-  readonly modelDigest: string
-  /** State files kept per model; the least recently saved beyond this are deleted. Default 32. */
-  readonly maxSaved?: number | undefined
-  /** Refused state files kept (moved aside) per model, newest first. Default 8. */
-  readonly maxMovedAside?: number | undefined
-  /** Conversations whose token record is held in memory, least recently used dropped first. Default 4,096. */
-  readonly maxHeldConversations?: number | undefined
-  /** Bytes of token records held in memory (4 per token, plus 160 and the id per conversation). Default 64 MiB. */
-  readonly maxHeldBytes?: number | undefined
-}
-
-export class ConversationsConfig extends Context.Tag("nativegen/ConversationsConfig")<
-  ConversationsConfig,
-  ConversationsConfigShape
->() {
-  static readonly defaults = {
-    maxSaved: 32,
-    maxMovedAside: 8,
-    maxHeldConversations: 4_096,
-    maxHeldBytes: 64 * 1024 * 1024
-  } as const
-}
+/** The config module (Tag `ConversationsConfig.ConversationsConfig`, `defaults`, `layer`, `layerFromEnv`). */
+export * as ConversationsConfig from "./conversations/ConversationsConfig.js"
 
 export const checkpointOf = (conversation: string, tokens: ArrayLike<number>): Checkpoint => ({
   conversation,
@@ -105,20 +85,16 @@ const engineBinding = (ready: WorkerReadiness): StateFiles.EngineBinding | undef
 }
 
 export const make = Effect.gen(function*() {
-  const config = yield* ConversationsConfig
+  const config = yield* ConversationsConfig.ConversationsConfig
   const worker = yield* NativeWorker
-  const defaults = ConversationsConfig.defaults
-  const records = Records.make({
-    maxConversations: config.maxHeldConversations ?? defaults.maxHeldConversations,
-    maxBytes: config.maxHeldBytes ?? defaults.maxHeldBytes
-  })
+  const records = Records.make({ maxConversations: config.maxHeldConversations, maxBytes: config.maxHeldBytes })
   /** The conversation whose record claims each slot. */
   const occupant = new Map<number, string>()
   const files = config.directory === undefined ? undefined : yield* StateFiles.make({
     directory: Path.join(config.directory, config.modelDigest),
     modelDigest: config.modelDigest,
-    maxSaved: config.maxSaved ?? defaults.maxSaved,
-    maxMovedAside: config.maxMovedAside ?? defaults.maxMovedAside
+    maxSaved: config.maxSaved,
+    maxMovedAside: config.maxMovedAside
   })
   /** State files and sidecars are read and written one operation at a time. */
   const disk = yield* Effect.makeSemaphore(1)
@@ -253,7 +229,8 @@ export const make = Effect.gen(function*() {
   })
 })
 
-export const layer: Layer.Layer<Conversations, never, ConversationsConfig | NativeWorker> = Layer.scoped(Conversations, make)
+export const layer: Layer.Layer<Conversations, never, ConversationsConfig.ConversationsConfig | NativeWorker | FileSystem.FileSystem> =
+  Layer.scoped(Conversations, make)
 
 /** sha256 of a model file, hex (the digest state files are bound to when a model comes by path). */
-export const digestOfFile = (path: string) => Effect.orDie(Effect.map(FileHash.hashFile(path), (h) => h.hex))
+export const digestOfFile = (path: string) => Effect.orDie(sha256OfFile(path))

@@ -2,9 +2,12 @@
  * The state file directory on its own (no engine: the engine's part of a save is a file written at
  * a temp path): commit checks and publishes; a crash between the state file's rename and the
  * sidecar's is caught by the sha256; a torn temp file is not published; temp files of dead
- * processes are swept at start; orphaned state files are pruned; moved-aside files are bounded.
+ * processes are swept at start; orphaned state files are pruned; moved-aside files are bounded;
+ * a sidecar or state file that is not a regular file (a symlink, a fifo, a directory) is refused,
+ * never followed or blocked on.
  */
-import { assert, describe, it } from "@effect/vitest"
+import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
+import { assert, layer } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as TestClock from "effect/TestClock"
 import * as ChildProcess from "node:child_process"
@@ -28,7 +31,7 @@ const engineWrites = (files: StateFiles.StateFiles, conversation: string, bytes:
   return temp
 }
 
-describe("state file directory", () => {
+layer(NodeFileSystem.layer)("state file directory", (it) => {
   it.effect("commit publishes the pair; the state file is usable only as bound", () =>
     Effect.gen(function*() {
       const options = directory()
@@ -103,5 +106,47 @@ describe("state file directory", () => {
         movedAside.sort(),
         ["c", "d"].map((c) => `${Path.basename(files.paths.statePath(c))}.bad-size-${c === "c" ? 3000 : 4000}`).sort()
       )
+    }))
+
+  it.effect("a sidecar that is a symlink, a fifo or a directory is refused (not-a-file), moved aside, never followed or blocked on", () =>
+    Effect.gen(function*() {
+      const options = directory()
+      const files = yield* StateFiles.make(options)
+      const plants: ReadonlyArray<readonly [kind: string, plant: (path: string) => void]> = [
+        ["symlink", (path) => Fs.symlinkSync("/etc/passwd", path)],
+        ["fifo", (path) => ChildProcess.execFileSync("mkfifo", [path])],
+        ["directory", (path) => Fs.mkdirSync(path)]
+      ]
+      for (const [kind, plant] of plants) {
+        const conversation = `planted-${kind}`
+        const state = Buffer.from(`state of ${conversation}`)
+        yield* files.commit(conversation, tokens, engineWrites(files, conversation, state), state.length, engine)
+        Fs.rmSync(files.paths.sidecarPath(conversation))
+        plant(files.paths.sidecarPath(conversation))
+        const error = yield* Effect.flip(files.readSidecar(conversation))
+        assert.strictEqual(error.reason, "not-a-file", kind)
+        assert.strictEqual(error.detail, `its sidecar is a ${kind}`)
+        assert.isFalse(Fs.existsSync(files.paths.sidecarPath(conversation)), `${kind}: moved aside`)
+        assert.lengthOf(Fs.readdirSync(options.directory).filter((f) => f.startsWith(`${Path.basename(files.paths.sidecarPath(conversation))}.bad-not-a-file-`)), 1)
+      }
+    }))
+
+  it.effect("a state file replaced by a symlink to its own bytes is refused (not-a-file); the tokens are kept", () =>
+    Effect.gen(function*() {
+      const options = directory()
+      const files = yield* StateFiles.make(options)
+      const state = Buffer.from("the kv cache")
+      yield* files.commit("c", tokens, engineWrites(files, "c", state), state.length, engine)
+      // Same size, same sha256: only the kind of file gives it away.
+      const elsewhere = Path.join(Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-elsewhere-")), "state")
+      Fs.renameSync(files.paths.statePath("c"), elsewhere)
+      Fs.symlinkSync(elsewhere, files.paths.statePath("c"))
+      const stored = (yield* files.readSidecar("c"))!
+      assert.isUndefined(yield* files.usableState("c", stored, engine))
+      assert.lengthOf(Fs.readdirSync(options.directory).filter((f) => f.startsWith(`${Path.basename(files.paths.statePath("c"))}.bad-not-a-file-`)), 1)
+      const after = (yield* files.readSidecar("c"))!
+      assert.deepStrictEqual(Array.from(after.tokens), Array.from(tokens))
+      assert.isUndefined(after.state)
+      assert.deepStrictEqual(Fs.readFileSync(elsewhere), state, "the file the symlink named is untouched")
     }))
 })

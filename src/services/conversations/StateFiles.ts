@@ -16,14 +16,16 @@
  * moved aside with its state file: it proves nothing. Moved-aside files are named
  * `<file>.bad-<reason>-<epoch ms>`; the newest `maxMovedAside` are kept.
  */
+import { isPlatformError, type PlatformError } from "@effect/platform/Error"
+import * as FileSystem from "@effect/platform/FileSystem"
 import * as Clock from "effect/Clock"
 import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Crypto from "node:crypto"
 import * as Path from "node:path"
-import * as FileHash from "../../domain/FileHash.js"
-import * as Fs from "../store/Fs.js"
+import { sha256OfFile } from "./FileSha256.js"
 import { hashTokens } from "./TokenHash.js"
 
 /** Why a file was refused; part of the moved-aside file's name. */
@@ -124,8 +126,33 @@ const STATE = /^([0-9a-f]{64})\.state$/
 const MOVED_ASIDE = /\.bad-[a-z0-9-]+-(\d+)$/
 const TEMP = /\.tmp-(\d+)-[0-9a-f]+$/
 
-const reasonOf = (e: unknown) =>
-  e instanceof Fs.FsError ? `${e.op} ${e.code}` : e instanceof Error ? e.message : String(e)
+const reasonOf = (e: unknown) => (e instanceof Error ? e.message : String(e))
+
+const isNotFound = (e: PlatformError) => e._tag === "SystemError" && e.reason === "NotFound"
+
+/** Recovers from "no such file" with undefined; every other error passes through. */
+const orAbsent = <A, E, R>(self: Effect.Effect<A, E | PlatformError, R>): Effect.Effect<A | undefined, E | PlatformError, R> =>
+  Effect.catchIf(self, (e): e is PlatformError => isPlatformError(e) && isNotFound(e), () => Effect.succeed(undefined))
+
+/** What kind of file is there, in the words the refusals use. */
+const kindOf: { readonly [T in FileSystem.File.Type]: string } = {
+  File: "regular file",
+  Directory: "directory",
+  SymbolicLink: "symlink",
+  FIFO: "fifo",
+  CharacterDevice: "character device",
+  BlockDevice: "block device",
+  Socket: "socket",
+  Unknown: "unknown file type"
+}
+
+/** What is at a path, a final symlink not followed. */
+interface Entry {
+  readonly type: FileSystem.File.Type
+  readonly size: FileSystem.Size
+  /** Epoch ms of the last modification; 0 for a symlink. */
+  readonly modifiedAt: number
+}
 
 const isAlive = (pid: number) => {
   try {
@@ -138,8 +165,9 @@ const isAlive = (pid: number) => {
 
 export const make = (options: Options) =>
   Effect.gen(function*() {
+    const fs = yield* FileSystem.FileSystem
     const directory = options.directory
-    yield* Effect.orDie(Fs.mkdirRecursive(directory))
+    yield* Effect.orDie(fs.makeDirectory(directory, { recursive: true, mode: 0o700 }))
 
     const nameOf = (conversation: string) => Crypto.createHash("sha256").update(conversation).digest("hex")
     const sidecarPath = (conversation: string) => Path.join(directory, `${nameOf(conversation)}.json`)
@@ -149,45 +177,64 @@ export const make = (options: Options) =>
     const warn = (conversation: string, reason: Reason, message: string) =>
       Effect.logWarning(message).pipe(Effect.annotateLogs({ service: "Conversations", conversation, reason }))
 
+    /**
+     * What is at `path` without following a final symlink, or undefined when nothing is. The
+     * platform FileSystem has no lstat: a path that readLink reads is a symlink; any other is stat'ed.
+     */
+    const entryAt = (path: string): Effect.Effect<Entry | undefined, PlatformError> =>
+      fs.readLink(path).pipe(
+        Effect.as<Entry | undefined>({ type: "SymbolicLink", size: FileSystem.Size(0), modifiedAt: 0 }),
+        Effect.catchTag("SystemError", (e) =>
+          isNotFound(e) ? Effect.succeed(undefined) : orAbsent(Effect.map(fs.stat(path), (info): Entry => ({
+            type: info.type,
+            size: info.size,
+            modifiedAt: Option.match(info.mtime, { onNone: () => 0, onSome: (at) => at.getTime() })
+          }))))
+      )
+
+    /** Removes a file, ignoring failure (it may already be gone). */
+    const remove = (path: string) => Effect.ignore(fs.remove(path))
+
+    /** Opens `path` (a directory: opened read-only) and fsyncs it, so that what was written or renamed in it is durable. */
+    const fsyncPath = (path: string) => Effect.scoped(Effect.flatMap(fs.open(path, { flag: "r" }), (file) => file.sync))
+
     /** Deletes beyond the bounds: the least recently saved sidecars (sidecar first, then its state), orphaned state files, old moved-aside files. */
     const prune = Effect.gen(function*() {
-      const names = yield* Fs.readdir(directory)
+      const names = yield* fs.readDirectory(directory)
       const dated = (name: string) =>
-        Fs.lstat(Path.join(directory, name)).pipe(
-          Effect.map((st) => ({ name, at: Number(st.mtimeMs) })),
+        entryAt(Path.join(directory, name)).pipe(
+          Effect.map((entry) => (entry === undefined ? undefined : { name, at: entry.modifiedAt })),
           Effect.catchAll(() => Effect.succeed(undefined))
         )
       const newestFirst = (list: ReadonlyArray<{ name: string; at: number } | undefined>) =>
         list.flatMap((e) => (e === undefined ? [] : [e])).sort((a, b) => b.at - a.at)
-      const remove = (name: string) => Effect.ignore(Fs.unlink(Path.join(directory, name)))
+      const removeName = (name: string) => remove(Path.join(directory, name))
       const sidecars = newestFirst(yield* Effect.forEach(names.filter((n) => SIDECAR.test(n)), dated))
       for (const { name } of sidecars.slice(options.maxSaved)) {
-        yield* remove(name)
-        yield* remove(name.replace(/\.json$/, ".state"))
+        yield* removeName(name)
+        yield* removeName(name.replace(/\.json$/, ".state"))
       }
       const kept = new Set(sidecars.slice(0, options.maxSaved).map((s) => s.name.slice(0, 64)))
       for (const name of names) {
         const state = STATE.exec(name)
-        if (state !== null && !kept.has(state[1]!)) yield* remove(name)
+        if (state !== null && !kept.has(state[1]!)) yield* removeName(name)
       }
       // Newest by the time in the name (when it was moved aside; a rename keeps the file's mtime).
       const movedAside = names.flatMap((name) => {
         const at = MOVED_ASIDE.exec(name)
         return at === null ? [] : [{ name, at: Number(at[1]) }]
       }).sort((a, b) => b.at - a.at)
-      for (const { name } of movedAside.slice(options.maxMovedAside)) yield* remove(name)
+      for (const { name } of movedAside.slice(options.maxMovedAside)) yield* removeName(name)
     })
 
     /** Renames a file to `<file>.bad-<reason>-<time>`; returns the new path, or undefined when there was nothing to move. */
     const moveAside = (path: string, reason: Reason) =>
       Effect.gen(function*() {
         const target = `${path}.bad-${reason}-${yield* Clock.currentTimeMillis}`
-        return yield* Fs.rename(path, target).pipe(
-          Effect.as<string | undefined>(target),
-          Fs.catchCodes(["ENOENT"], () => Effect.succeed(undefined))
-        )
+        return yield* orAbsent(Effect.as(fs.rename(path, target), target))
       })
 
+    /** Writes the sidecar: a fresh temp file (never through a symlink: "wx" is O_CREAT|O_EXCL), fsynced, renamed into place. */
     const writeSidecar = (conversation: string, tokens: Uint32Array, state: StateBinding | null) =>
       Effect.gen(function*() {
         const path = sidecarPath(conversation)
@@ -200,44 +247,43 @@ export const make = (options: Options) =>
           hash: hashTokens(tokens),
           state
         } satisfies typeof SidecarV2.Encoded)
-        yield* Effect.acquireUseRelease(
-          Fs.open(temp, Fs.O_WRONLY | Fs.O_CREAT | Fs.O_EXCL | Fs.O_NOFOLLOW, 0o600),
-          (fd) => Effect.zipRight(Fs.writeAll(fd, temp, Buffer.from(text)), Fs.fsync(fd, temp)),
-          Fs.closeQuietly
-        ).pipe(Effect.tapError(() => Effect.ignore(Fs.unlink(temp))))
-        yield* Fs.rename(temp, path)
+        yield* Effect.scoped(Effect.flatMap(
+          fs.open(temp, { flag: "wx", mode: 0o600 }),
+          (file) => Effect.zipRight(file.writeAll(Buffer.from(text)), file.sync)
+        )).pipe(Effect.tapError(() => remove(temp)))
+        yield* fs.rename(temp, path)
       })
 
-    /** Reads the sidecar (never through a symlink, never beyond the size limit); undefined when there is none. */
-    const readText = (path: string) =>
-      Effect.acquireUseRelease(
-        Fs.open(path, Fs.O_RDONLY | Fs.O_NOFOLLOW | Fs.O_NONBLOCK),
-        (fd) =>
-          Effect.gen(function*() {
-            const st = yield* Fs.fstat(fd, path)
-            if (!st.isFile()) return yield* Effect.fail(["not-a-file", `its sidecar is a ${Fs.kindOf(st)}`] as const)
-            if (st.size > BigInt(MAX_SIDECAR_BYTES)) {
-              return yield* Effect.fail(["record-malformed", `its sidecar has ${st.size} bytes, over ${MAX_SIDECAR_BYTES}`] as const)
-            }
-            const buffer = Buffer.alloc(Number(st.size))
-            let done = 0
-            while (done < buffer.length) {
-              const n = yield* Fs.read(fd, path, buffer, done, buffer.length - done, done)
-              if (n === 0) break
-              done += n
-            }
-            return buffer.subarray(0, done).toString("utf8")
-          }),
-        Fs.closeQuietly
-      ).pipe(
-        Effect.map((text): string | undefined => text),
-        Fs.catchCodes(["ENOENT"], () => Effect.succeed(undefined)),
+    /**
+     * Reads the sidecar: never through a symlink, never anything but a regular file (so never a
+     * fifo that would block the open), never beyond the size limit; undefined when there is none.
+     */
+    const readText = (path: string): Effect.Effect<string | undefined, readonly [Reason, string]> =>
+      Effect.gen(function*() {
+        const entry = yield* entryAt(path)
+        if (entry === undefined) return undefined
+        if (entry.type !== "File") return yield* Effect.fail(["not-a-file", `its sidecar is a ${kindOf[entry.type]}`] as const)
+        return yield* Effect.scoped(Effect.gen(function*() {
+          const file = yield* fs.open(path, { flag: "r" })
+          // The descriptor's own stat: what was opened, whatever the path names now.
+          const st = yield* file.stat
+          if (st.type !== "File") return yield* Effect.fail(["not-a-file", `its sidecar is a ${kindOf[st.type]}`] as const)
+          if (st.size > BigInt(MAX_SIDECAR_BYTES)) {
+            return yield* Effect.fail(["record-malformed", `its sidecar has ${st.size} bytes, over ${MAX_SIDECAR_BYTES}`] as const)
+          }
+          const buffer = Buffer.alloc(Number(st.size))
+          let done = 0
+          while (done < buffer.length) {
+            const n = Number(yield* file.read(buffer.subarray(done)))
+            if (n === 0) break
+            done += n
+          }
+          return buffer.subarray(0, done).toString("utf8")
+        }))
+      }).pipe(
+        orAbsent,
         Effect.catchAll((e) =>
-          Effect.fail(
-            e instanceof Fs.FsError
-              ? e.code === "ELOOP" ? (["not-a-file", "its sidecar is a symlink"] as const) : (["record-malformed", `its sidecar cannot be read: ${reasonOf(e)}`] as const)
-              : e
-          )
+          Effect.fail(isPlatformError(e) ? (["record-malformed", `its sidecar cannot be read: ${reasonOf(e)}`] as const) : e)
         )
       )
 
@@ -286,7 +332,7 @@ export const make = (options: Options) =>
       Effect.gen(function*() {
         const movedTo = yield* Effect.orElseSucceed(moveAside(statePath(conversation), reason), () => undefined)
         yield* writeSidecar(conversation, tokens, null).pipe(
-          Effect.zipRight(Fs.fsyncDir(directory)),
+          Effect.zipRight(fsyncPath(directory)),
           Effect.catchAll((e) => Effect.logWarning(`conversation ${conversation}: its sidecar could not be rewritten: ${reasonOf(e)}`))
         )
         yield* Effect.ignore(prune)
@@ -325,14 +371,17 @@ export const make = (options: Options) =>
         const binding = stored.state
         const refusal = bindingRefusal(binding, engine) ?? (yield* Effect.gen(function*() {
           if (binding === "version-1") return undefined
-          const st = yield* Fs.lstat(path).pipe(Fs.catchCodes(["ENOENT"], () => Effect.succeed(undefined)))
-          if (st === undefined) return ["missing", "its state file is missing"] as const
-          if (!st.isFile()) return ["not-a-file", `its state file is a ${Fs.kindOf(st)}`] as const
-          if (st.size !== BigInt(binding.bytes)) return ["size", `its state file has ${st.size} bytes, its sidecar names ${binding.bytes}`] as const
-          const { hex } = yield* FileHash.hashFile(path)
+          const entry = yield* entryAt(path)
+          if (entry === undefined) return ["missing", "its state file is missing"] as const
+          if (entry.type !== "File") return ["not-a-file", `its state file is a ${kindOf[entry.type]}`] as const
+          if (entry.size !== BigInt(binding.bytes)) return ["size", `its state file has ${entry.size} bytes, its sidecar names ${binding.bytes}`] as const
+          const hex = yield* sha256OfFile(path)
           if (hex !== binding.sha256) return ["sha256", `its state file's sha256 is ${hex}, its sidecar names ${binding.sha256}`] as const
           return undefined
-        }).pipe(Effect.catchAll((e) => Effect.succeed(["missing", `its state file cannot be read: ${reasonOf(e)}`] as const))))
+        }).pipe(
+          Effect.provideService(FileSystem.FileSystem, fs),
+          Effect.catchAll((e) => Effect.succeed(["missing", `its state file cannot be read: ${reasonOf(e)}`] as const))
+        ))
         if (refusal === undefined) return path
         yield* refuseState(conversation, stored.tokens, refusal[0], refusal[1])
         return undefined
@@ -348,28 +397,30 @@ export const make = (options: Options) =>
      */
     const commit = (conversation: string, tokens: Uint32Array, temp: string, fileBytes: number, engine: EngineBinding) =>
       Effect.gen(function*() {
-        const st = yield* Fs.lstat(temp)
-        if (!st.isFile() || st.size !== BigInt(fileBytes)) {
-          return yield* new SaveFailed({ path: temp, reason: `it has ${st.size} bytes, the engine wrote ${fileBytes}` })
+        const entry = yield* entryAt(temp)
+        if (entry === undefined) return yield* new SaveFailed({ path: temp, reason: "the engine's file is missing" })
+        if (entry.type !== "File" || entry.size !== BigInt(fileBytes)) {
+          return yield* new SaveFailed({ path: temp, reason: `it is a ${kindOf[entry.type]} of ${entry.size} bytes, the engine wrote ${fileBytes}` })
         }
-        const { hex } = yield* FileHash.hashFile(temp)
-        yield* Fs.rename(temp, statePath(conversation))
+        const hex = yield* sha256OfFile(temp)
+        yield* fs.rename(temp, statePath(conversation))
         yield* writeSidecar(conversation, tokens, { sha256: hex, bytes: fileBytes, ...engine })
-        yield* Fs.fsyncDir(directory)
+        yield* fsyncPath(directory)
         yield* prune
       }).pipe(
+        Effect.provideService(FileSystem.FileSystem, fs),
         Effect.mapError((e) => (e instanceof SaveFailed ? e : new SaveFailed({ path: temp, reason: reasonOf(e) }))),
         Effect.tapError(() => discard(temp))
       )
 
-    const discard = (temp: string) => Effect.ignore(Fs.unlink(temp))
+    const discard = (temp: string) => remove(temp)
 
     // Temp files of processes that died mid-save (this process has written none yet).
-    yield* Fs.readdir(directory).pipe(
+    yield* fs.readDirectory(directory).pipe(
       Effect.flatMap((names) =>
         Effect.forEach(names, (name) => {
           const temp = TEMP.exec(name)
-          return temp !== null && !isAlive(Number(temp[1])) ? Effect.ignore(Fs.unlink(Path.join(directory, name))) : Effect.void
+          return temp !== null && !isAlive(Number(temp[1])) ? remove(Path.join(directory, name)) : Effect.void
         }, { discard: true })
       ),
       Effect.ignore
@@ -379,4 +430,3 @@ export const make = (options: Options) =>
   })
 
 export type StateFiles = Effect.Effect.Success<ReturnType<typeof make>>
-
