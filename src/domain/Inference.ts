@@ -151,6 +151,19 @@ export const CountResult = Schema.Struct({
 })
 export type CountResult = typeof CountResult.Type
 
+/** What to tokenize: the same choice as a count (messages through the template, or plain text). */
+export const TokenizeRequest = CountRequest
+export type TokenizeRequest = typeof TokenizeRequest.Type
+
+export const TokenizeResult = Schema.Struct({
+  role: Role,
+  /** The exact token ids the role model would be given. */
+  tokens: Schema.Array(Schema.NonNegativeInt),
+  /** The role's admitted context: prompt + max tokens must not exceed it. */
+  admittedContext: Schema.NonNegativeInt
+})
+export type TokenizeResult = typeof TokenizeResult.Type
+
 /** A conversation's expected next prompt, prefilled while the engine is idle. */
 export const PrepareRequest = Schema.Struct({
   conversation: Schema.String,

@@ -1,6 +1,6 @@
 /**
- * The public RPC group: the Provider (Generate as a stream, Decide, Prepare, Count, Readiness and
- * its changes) and the model store (list, import with progress, verify, activate, reap). Payloads
+ * The public RPC group: the Provider (Generate as a stream, Decide, Prepare, Count, Tokenize,
+ * Readiness and its changes) and the model store (list, import with progress, verify, activate, reap). Payloads
  * and results are the domain Schemas, the store's results those of src/domain/StoreResults.ts
  * (re-exported here for the client and the CLI); only the import's request and events are declared here.
  * Every RPC's error schema includes the RPC layer's own errors (`RpcLayerError`: the server's
@@ -19,7 +19,9 @@ import {
   GenerateRequest,
   PrepareRequest,
   PrepareResult,
-  Readiness
+  Readiness,
+  TokenizeRequest,
+  TokenizeResult
 } from "../domain/Inference.js"
 import { Role } from "../domain/Manifest.js"
 import { Activation, Listing, ReapReport, VerifiedBlob } from "../domain/StoreResults.js"
@@ -77,6 +79,7 @@ export class NativegenRpcs extends RpcGroup.make(
   Rpc.make("Decide", { payload: DecideRequest, success: DecideResult, error: InferenceError }),
   Rpc.make("Prepare", { payload: PrepareRequest, success: PrepareResult, error: InferenceError }),
   Rpc.make("Count", { payload: CountRequest, success: CountResult, error: InferenceError }),
+  Rpc.make("Tokenize", { payload: TokenizeRequest, success: TokenizeResult, error: InferenceError }),
   Rpc.make("Readiness", { success: Readiness, error: RpcLayerError }),
   /** The current readiness, then each change. */
   Rpc.make("WatchReadiness", { success: Readiness, error: RpcLayerError, stream: true }),

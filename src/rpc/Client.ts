@@ -178,6 +178,7 @@ const makeProvider = (client: NativegenClient, socketPath: string): Provider["Ty
       }),
     decide: (request) => call(client.Decide(request)),
     count: (request) => call(client.Count(request)),
+    tokenize: (request) => call(client.Tokenize(request)),
     prepare: (request) => call(client.Prepare(request)),
     readiness: client.Readiness().pipe(
       Effect.catchAllCause((cause) =>

@@ -99,6 +99,7 @@ export const layer = NativegenRpcs.toLayer(Effect.gen(function*() {
     Decide: (request) => provider.decide(request),
     Prepare: (request) => provider.prepare(request),
     Count: (request) => provider.count(request),
+    Tokenize: (request) => provider.tokenize(request),
     Readiness: () => provider.readiness,
     WatchReadiness: () => provider.readinessChanges,
     StoreList: () => store.list,

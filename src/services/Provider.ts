@@ -2,7 +2,7 @@
  * Provider: the public Effect API of the runtime. Embedders, the RPC server and the command line
  * call only this. `generate` streams channel-tagged text and ends with usage, timings, the stop
  * reason and a checkpoint; `decide` scores labels on the decision model; `count` gives exact token
- * counts through the chat template; `prepare` prefills a conversation's expected prompt while the
+ * counts through the chat template and `tokenize` the tokens themselves; `prepare` prefills a conversation's expected prompt while the
  * engine is idle; `readiness` reports the engine, the device budget and the admitted contexts.
  */
 import * as Clock from "effect/Clock"
@@ -26,7 +26,9 @@ import type {
   PrepareResult,
   Readiness,
   ReuseKind,
-  StopReason
+  StopReason,
+  TokenizeRequest,
+  TokenizeResult
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
@@ -47,6 +49,8 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
   readonly decide: (request: DecideRequest) => Effect.Effect<DecideResult, ProviderError>
   /** Exact token count through the role model's chat template. */
   readonly count: (request: CountRequest) => Effect.Effect<CountResult, ProviderError>
+  /** The exact token ids of messages (through the role model's chat template) or of plain text. */
+  readonly tokenize: (request: TokenizeRequest) => Effect.Effect<TokenizeResult, ProviderError>
   /** Prefills a conversation's expected prompt in the preparation lane. */
   readonly prepare: (request: PrepareRequest) => Effect.Effect<PrepareResult, ProviderError>
   readonly readiness: Effect.Effect<Readiness>
@@ -267,7 +271,7 @@ export const make = Effect.gen(function*() {
       } satisfies DecideResult
     }))
 
-  const count = (request: CountRequest) =>
+  const tokenize = (request: TokenizeRequest) =>
     Effect.gen(function*() {
       const role = request.role ?? "generation"
       const tokens = request.messages !== undefined && request.text === undefined
@@ -275,8 +279,11 @@ export const make = Effect.gen(function*() {
         : request.text !== undefined && request.messages === undefined
         ? yield* worker.tokenize(role, request.text)
         : yield* invalid("request", Object.keys(request), "give exactly one of messages or text")
-      return { role, tokens: tokens.length, admittedContext: yield* admission.contextOf(role) } satisfies CountResult
+      return { role, tokens, admittedContext: yield* admission.contextOf(role) } satisfies TokenizeResult
     })
+
+  const count = (request: CountRequest) =>
+    Effect.map(tokenize(request), ({ admittedContext, role, tokens }) => ({ role, tokens: tokens.length, admittedContext }) satisfies CountResult)
 
   /**
    * Prefills a conversation's expected prompt (standing prefix and history, without the assistant
@@ -379,6 +386,7 @@ export const make = Effect.gen(function*() {
     generate,
     decide,
     count,
+    tokenize,
     prepare,
     readiness,
     readinessChanges: Stream.mapEffect(worker.states, () => readiness)

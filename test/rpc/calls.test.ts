@@ -66,7 +66,7 @@ describe("RPC calls", () => {
       assert.strictEqual(error.message, "the foreground queue is full (7 requests waiting)")
     }))
 
-  it.scoped("decide, count, prepare and readiness pass through; decide's typed failure too", () =>
+  it.scoped("decide, count, tokenize, prepare and readiness pass through; decide's typed failure too", () =>
     Effect.gen(function*() {
       const { control, socketPath } = yield* serve()
       const { provider } = yield* connect(socketPath)
@@ -76,6 +76,10 @@ describe("RPC calls", () => {
       assert.strictEqual(refused._tag, "InvalidRequest")
       assert.strictEqual(refused.message, "invalid prompt fail: the test says so")
       assert.deepStrictEqual(yield* provider.count({ text: "abcd" }), { role: "generation", tokens: 4, admittedContext: 4096 })
+      assert.deepStrictEqual(
+        yield* provider.tokenize({ role: "decision", text: "ab" }),
+        { role: "decision", tokens: [97, 98], admittedContext: 4096 }
+      )
       assert.deepStrictEqual(
         yield* provider.prepare({ conversation: "c", prefix: [], history: [] }),
         { conversation: "c", preparedTokens: 5, totalTokens: 5, complete: true }

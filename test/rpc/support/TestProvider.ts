@@ -95,6 +95,12 @@ export const make = Effect.gen(function*() {
         }),
     count: (request) =>
       Effect.succeed({ role: request.role ?? "generation", tokens: (request.text ?? "").length, admittedContext: 4096 }),
+    tokenize: (request) =>
+      Effect.succeed({
+        role: request.role ?? "generation",
+        tokens: Array.from(request.text ?? "", (char) => char.codePointAt(0) ?? 0),
+        admittedContext: 4096
+      }),
     prepare: (request) =>
       Effect.succeed({ conversation: request.conversation, preparedTokens: 5, totalTokens: 5, complete: true }),
     readiness: SubscriptionRef.get(readinessRef),
