@@ -35,6 +35,8 @@ export {
   Sampling,
   StopReason,
   Timings,
+  TokenizeRequest,
+  TokenizeResult,
   Usage
 } from "./domain/Inference.js"
 

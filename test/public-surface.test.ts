@@ -48,6 +48,8 @@ describe("public surface", () => {
         "Sampling",
         "StopReason",
         "Timings",
+        "TokenizeRequest",
+        "TokenizeResult",
         "Usage",
         // the Provider's errors
         "ProviderError",
