@@ -39,10 +39,17 @@ export interface Residents {
   readonly detokenize: (role: Role, tokens: ReadonlyArray<number>) => Effect.Effect<string, RoleNotLoaded>
 }
 
-/** The model's single-token id for a special text, or null where the text is not one special token. */
+/**
+ * The model's single-token id for a special text, or null where the text is not one special token:
+ * a control token, or an added user-defined one (Qwen3's `<think>` and `<tool_call>` are these,
+ * and print as their text).
+ */
 const specialToken = (model: LlamaModel, text: string): number | null => {
   const tokens = model.tokenize(text, true)
-  return tokens.length === 1 && model.detokenize(tokens, false) === "" ? tokens[0]! : null
+  const token = tokens[0]
+  if (tokens.length !== 1 || token === undefined) return null
+  const attributes = model.getTokenAttributes(token)
+  return attributes.control || attributes.userDefined || model.detokenize(tokens, false) === "" ? token : null
 }
 
 export const make = (native: Native, failpoints: Failpoints | undefined): Effect.Effect<Residents, never, Scope.Scope> =>
