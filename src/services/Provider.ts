@@ -117,17 +117,11 @@ export const make = Effect.gen(function*() {
       const split = Continuation.splitTurn(request.messages)
       if (split.turn.length === 0) return yield* invalid("messages", request.messages.length, "a continued turn needs a message after the last assistant message")
       const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
-      const assistant = history[history.length - 1]!
-      const texts = {
-        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true),
-        history: yield* worker.renderText("generation", history, false),
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true)
-      }
-      const parts = Continuation.continuationTexts(texts, assistant.content)
-      if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
-      const closing = yield* worker.tokenize("generation", parts.closing, true)
-      const turn = yield* worker.tokenize("generation", parts.turn, true)
-      return { tokens: [...tokens, ...closing, ...turn], continued: true }
+      const rendered = yield* worker.renderText("generation", Continuation.probeChat(history, split.turn), true)
+      const continuation = Continuation.continuationText(rendered)
+      if ("failure" in continuation) return yield* invalid("messages", conversation, continuation.failure)
+      const turn = yield* worker.tokenize("generation", continuation.text, true)
+      return { tokens: [...tokens, ...turn], continued: true }
     })
 
   const specialTokensOf = (ready: WorkerReadiness) =>
