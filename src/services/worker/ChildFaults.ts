@@ -15,7 +15,7 @@ import * as ParseResult from "effect/ParseResult"
 import * as Stream from "effect/Stream"
 import { type EngineError, EngineUnavailable } from "../../domain/EngineError.js"
 import type { EngineChild } from "../../native/ChildProcess.js"
-import type { RecoveryAction, WorkerState } from "./Readiness.js"
+import type { RecoveryAction } from "./Readiness.js"
 import type { Role } from "../../native/Protocol.js"
 
 /** Why a call did not complete on its child: the child is broken (repair) or gone. */
@@ -35,9 +35,6 @@ export type TaggedFailure = { readonly _tag: string; readonly message: string }
 
 /** Admission and a model's refusal to load are deterministic: restarting would only repeat them. */
 export const isRestartable = (failure: ChildFailed): boolean => failure.kind !== "admission" && failure.kind !== "load"
-
-/** The worker state a failure leaves behind when it is not restarted. */
-export type Settled = Extract<WorkerState, "ready" | "failed" | "stopped">
 
 /** A transport failure: the child's exit, when the process reports one promptly, else a protocol fault. */
 export const childFailure = (child: EngineChild, message: string): Effect.Effect<never, ChildFailed> =>
