@@ -102,7 +102,12 @@ export const GenerateChunk = Schema.Union(
     stopReason: StopReason,
     usage: Usage,
     timings: Timings,
-    checkpoint: Schema.optional(Checkpoint)
+    checkpoint: Schema.optional(Checkpoint),
+    /**
+     * With stopReason "maxTokens": the channel the limit cut while it was open (its text so far
+     * was delivered). Absent when the output ended in the answer channel.
+     */
+    truncatedChannel: Schema.optional(Schema.Literal("thought", "tool"))
   })
 )
 export type GenerateChunk = typeof GenerateChunk.Type

@@ -29,10 +29,12 @@ import type {
   StopReason
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
+import type { OpenChannel } from "./ChannelDecoder.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
+import * as Markers from "./provider/Markers.js"
 import { outputState } from "./provider/Output.js"
 import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
@@ -126,9 +128,13 @@ export const make = Effect.gen(function*() {
       return { tokens: [...tokens, ...closing, ...turn], continued: true }
     })
 
-  const specialTokensOf = (ready: WorkerReadiness) =>
-    ready.models.find((m) => m.role === "generation")?.specialTokens ??
-      { thinkOpen: null, thinkClose: null, toolOpen: null, toolClose: null }
+  const markerCache = Markers.cache()
+  /** The generation model's channel markers, resolved once per loaded model. */
+  const markersOf = (ready: WorkerReadiness) =>
+    markerCache(
+      `${ready.incarnation}:${ready.models.find((m) => m.role === "generation")?.modelPath}`,
+      (text) => worker.tokenize("generation", text, true)
+    )
 
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrapScoped(
@@ -148,12 +154,13 @@ export const make = Effect.gen(function*() {
         const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
-        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [])
+        const output = outputState(yield* markersOf(yield* worker.readiness), request.stop ?? [])
         let reused = 0
         let firstStepAt: number | undefined
         let firstTokenAt: number | undefined
         let lastTokenAt: number | undefined
         let stopReason: StopReason = "maxTokens"
+        let truncatedChannel: OpenChannel | null = null
 
         const steps = worker.generate({
           prompt,
@@ -188,7 +195,9 @@ export const make = Effect.gen(function*() {
                 }
                 case "Finished": {
                   stopReason = event.reason === "maxTokens" ? "maxTokens" : "endOfGeneration"
-                  return { chunks: yield* fromEither(output.finish()), last: true }
+                  const end = yield* fromEither(output.finish(stopReason === "maxTokens"))
+                  truncatedChannel = end.truncated
+                  return { chunks: end.chunks, last: true }
                 }
               }
             })
@@ -231,7 +240,8 @@ export const make = Effect.gen(function*() {
               decodeTokensPerSecond: generated > 1 && decodeMillis > 0 ? ((generated - 1) * 1000) / decodeMillis : 0,
               totalMillis: now - submitted
             },
-            ...(checkpoint === undefined ? {} : { checkpoint })
+            ...(checkpoint === undefined ? {} : { checkpoint }),
+            ...(truncatedChannel === null ? {} : { truncatedChannel })
           } satisfies GenerateChunk
         })
         return Stream.concat(steps, Stream.fromEffect(done))

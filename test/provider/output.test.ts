@@ -12,8 +12,11 @@ import { outputState } from "../../src/services/provider/Output.js"
 const special = { thinkOpen: 5, thinkClose: 6, toolOpen: 7, toolClose: 8 }
 const markers: Record<number, string> = { 5: "<think>", 6: "</think>", 7: "<tool_call>", 8: "</tool_call>" }
 
-/** Feeds (token, text) pairs; plain tokens are numbered from 100 with their text. */
-const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string> = []) => {
+/**
+ * Feeds (token, text) pairs; plain tokens are numbered from 100 with their text. `limitReached`:
+ * the output ends at a token limit rather than by the model.
+ */
+const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string> = [], limitReached = false) => {
   const output = outputState(special, stops)
   const chunks: Array<GenerateChunk> = []
   let next = 100
@@ -22,9 +25,9 @@ const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string
     const result = output.token(token, typeof piece === "number" ? markers[piece]! : piece)
     if (Either.isLeft(result)) return Either.left(result.left)
     chunks.push(...result.right.chunks)
-    if (result.right.stopped) return Either.right({ chunks, stopped: true })
+    if (result.right.stopped) return Either.right({ chunks, stopped: true, truncated: null })
   }
-  return Either.map(output.finish(), (rest) => ({ chunks: [...chunks, ...rest], stopped: false }))
+  return Either.map(output.finish(limitReached), (end) => ({ chunks: [...chunks, ...end.chunks], stopped: false, truncated: end.truncated }))
 }
 
 /** Text per channel, concatenated in order of appearance. */
@@ -80,5 +83,23 @@ describe("generation output: channels and stop strings", () => {
     assert.deepStrictEqual(byChannel(result.chunks), { answer: "a STb", thought: "STOP inside thought" })
     // "a", " " (the "ST" that could start "STOP" is held), then "ST" released as the thought opens.
     assert.deepStrictEqual(result.chunks.map((c) => (c._tag === "Text" ? c.channel : c._tag)), ["answer", "answer", "answer", "thought", "answer"])
+  })
+
+  it("a token limit inside the thought or tool channel cuts it: its text is delivered and the channel named, no error", () => {
+    const thought = Either.getOrThrow(run(["a", 5, "let", " me"], [], true))
+    assert.deepStrictEqual(byChannel(thought.chunks), { answer: "a", thought: "let me" })
+    assert.strictEqual(thought.truncated, "thought")
+    const tool = Either.getOrThrow(run([7, "{\"na"], [], true))
+    assert.deepStrictEqual([byChannel(tool.chunks), tool.truncated], [{ tool: "{\"na" }, "tool"])
+    const answer = Either.getOrThrow(run([5, "x", 6, "y"], [], true))
+    assert.strictEqual(answer.truncated, null)
+    // The model ending its output with the channel open is still malformed, and a malformed
+    // boundary before the limit stays malformed at the limit.
+    const ended = run(["a", 5, "let"], [], false)
+    if (Either.isLeft(ended)) assert.strictEqual(ended.left.reason, "unterminated")
+    else assert.fail("unterminated channel accepted at the end of generation")
+    const malformed = run(["a", 6, "b"], [], true)
+    if (Either.isLeft(malformed)) assert.strictEqual(malformed.left.reason, "unmatchedCloser")
+    else assert.fail("unmatched closer accepted")
   })
 })

@@ -35,14 +35,22 @@ export interface RenderedTexts {
   readonly full: string
 }
 
-/** The closing text of the assistant turn and the new turn's text; a string says why not. */
+/**
+ * The closing text of the assistant turn and the new turn's text; a string says why not. Both
+ * come from the full render (history and turn), where the assistant message is rendered as a
+ * message with a turn after it: some templates render the last message of a history differently
+ * (Qwen3 gives it an empty thought block), so the history rendered alone only says where the
+ * assistant turn's close ends, when it renders the same way.
+ */
 export const continuationTexts = (
   texts: RenderedTexts,
   assistantContent: string
 ): { readonly closing: string; readonly turn: string } | string => {
-  if (!texts.history.startsWith(texts.assistantPrompt)) return "the template does not render the assistant turn after its prompt"
-  const reply = texts.history.slice(texts.assistantPrompt.length)
+  if (!texts.full.startsWith(texts.assistantPrompt)) return "the template does not render the assistant turn after its prompt"
+  const reply = texts.full.slice(texts.assistantPrompt.length)
   if (!reply.startsWith(assistantContent)) return "the template changes the assistant's content"
-  if (!texts.full.startsWith(texts.history)) return "the template does not render the new turn after the history"
-  return { closing: reply.slice(assistantContent.length), turn: texts.full.slice(texts.history.length) }
+  const after = reply.slice(assistantContent.length)
+  const contentEnd = texts.assistantPrompt.length + assistantContent.length
+  const closingLength = texts.full.startsWith(texts.history) && texts.history.length >= contentEnd ? texts.history.length - contentEnd : 0
+  return { closing: after.slice(0, closingLength), turn: after.slice(closingLength) }
 }

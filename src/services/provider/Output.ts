@@ -3,6 +3,8 @@
  * tool; a malformed boundary is a typed error), stop strings end the answer (the stop string is
  * never emitted; see StopStrings.ts), and each Text chunk carries the tokens behind its text.
  * Stop strings apply to the answer channel only: thought and tool output pass through whole.
+ * A token limit that ends the output inside the thought or tool channel cuts it (reported with
+ * the channel), it does not make it malformed.
  */
 import * as Either from "effect/Either"
 import type { Channel, GenerateChunk } from "../../domain/Inference.js"
@@ -68,7 +70,15 @@ export const outputState = (special: ChannelDecoder.ChannelTokens, stops: Readon
         }
         return { chunks, stopped: false }
       }),
-    finish: (): Either.Either<ReadonlyArray<GenerateChunk>, ChannelDecoder.MalformedChannel> =>
-      Either.map(decoder.finish(), () => flushAnswer())
+    /**
+     * The end of the output: the held-back answer text, and the channel a token limit cut (null
+     * when none). When the model ended its output itself, a channel still open is malformed.
+     */
+    finish: (
+      limitReached: boolean
+    ): Either.Either<{ chunks: ReadonlyArray<GenerateChunk>; truncated: ChannelDecoder.OpenChannel | null }, ChannelDecoder.MalformedChannel> =>
+      limitReached
+        ? Either.map(decoder.truncate(), (truncated) => ({ chunks: flushAnswer(), truncated }))
+        : Either.map(decoder.finish(), () => ({ chunks: flushAnswer(), truncated: null }))
   }
 }
