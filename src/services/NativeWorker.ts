@@ -45,7 +45,8 @@ import type {
   Lane,
   LoadedModel,
   Role,
-  Sampling
+  Sampling,
+  TemplateInputs
 } from "../native/Protocol.js"
 import { isExhausted, recordFailure } from "./worker/RestartBudget.js"
 import { ChildResources, type Planner, WorkerAdmission } from "./worker/WorkerHooks.js"
@@ -212,7 +213,8 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   readonly renderText: (
     role: Role,
     messages: ReadonlyArray<ChatMessage>,
-    addGenerationPrompt: boolean
+    addGenerationPrompt: boolean,
+    inputs?: TemplateInputs
   ) => Effect.Effect<string, WorkerError>
   /** Saves an idle generation sequence's KV state to a file (in the current child). */
   readonly saveState: (
@@ -225,7 +227,8 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   readonly render: (
     role: Role,
     messages: ReadonlyArray<ChatMessage>,
-    addGenerationPrompt?: boolean
+    addGenerationPrompt?: boolean,
+    inputs?: TemplateInputs
   ) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   /** The native allocation plan of a model over candidate context sizes, without loading it. */
   readonly plan: Planner
@@ -777,9 +780,10 @@ export const make = Effect.gen(function*() {
     tokenize: (role, text, specialTokens = false) =>
       call((i) => i.child.client.Tokenize({ role, text, specialTokens })),
     detokenize: (role, tokens) => call((i) => i.child.client.Detokenize({ role, tokens })),
-    render: (role, messages, addGenerationPrompt) => call((i) => i.child.client.Render({ role, messages, addGenerationPrompt })),
-    renderText: (role, messages, addGenerationPrompt) =>
-      call((i) => i.child.client.RenderText({ role, messages, addGenerationPrompt })),
+    render: (role, messages, addGenerationPrompt, inputs) =>
+      call((i) => i.child.client.Render({ ...inputs, role, messages, addGenerationPrompt })),
+    renderText: (role, messages, addGenerationPrompt, inputs) =>
+      call((i) => i.child.client.RenderText({ ...inputs, role, messages, addGenerationPrompt })),
     // Not retried: a state lives in one child; the caller decides what a lost save means.
     saveState: (sequence, path) =>
       unavailable(onReady((i) =>

@@ -29,6 +29,7 @@ import type {
   StopReason
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
+import type { TemplateInputs } from "../native/Protocol.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
@@ -62,6 +63,12 @@ interface Step {
   readonly chunks: ReadonlyArray<GenerateChunk>
   readonly last: boolean
 }
+
+/** What the chat template reads beside the messages. */
+const templateInputsOf = (request: GenerateRequest): TemplateInputs => ({
+  ...(request.tools === undefined ? {} : { tools: request.tools }),
+  ...(request.thinking === undefined ? {} : { thinking: request.thinking })
+})
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
@@ -100,8 +107,9 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
+      const inputs = templateInputsOf(request)
       if (checkpoint === undefined || conversation === undefined) {
-        return { tokens: yield* worker.render("generation", request.messages), continued: false }
+        return { tokens: yield* worker.render("generation", request.messages, true, inputs), continued: false }
       }
       if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
         return yield* new InvalidCheckpoint({
@@ -115,9 +123,9 @@ export const make = Effect.gen(function*() {
       const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
       const assistant = history[history.length - 1]!
       const texts = {
-        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true),
-        history: yield* worker.renderText("generation", history, false),
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true)
+        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true, inputs),
+        history: yield* worker.renderText("generation", history, false, inputs),
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true, inputs)
       }
       const parts = Continuation.continuationTexts(texts, assistant.content)
       if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
@@ -148,7 +156,7 @@ export const make = Effect.gen(function*() {
         const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
-        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [])
+        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [], (n) => `${label}-call-${n}`)
         let reused = 0
         let firstStepAt: number | undefined
         let firstTokenAt: number | undefined
@@ -187,8 +195,9 @@ export const make = Effect.gen(function*() {
                   return { chunks, last: stopped }
                 }
                 case "Finished": {
-                  stopReason = event.reason === "maxTokens" ? "maxTokens" : "endOfGeneration"
-                  return { chunks: yield* fromEither(output.finish()), last: true }
+                  const chunks = yield* fromEither(output.finish())
+                  stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
+                  return { chunks, last: true }
                 }
               }
             })
