@@ -35,6 +35,7 @@ export {
   Sampling,
   StopReason,
   Timings,
+  ToolDefinition,
   Usage
 } from "./domain/Inference.js"
 

@@ -48,6 +48,7 @@ describe("public surface", () => {
         "Sampling",
         "StopReason",
         "Timings",
+        "ToolDefinition",
         "Usage",
         // the Provider's errors
         "ProviderError",

@@ -126,8 +126,9 @@ export const initialChunkRenderState: ChunkRenderState = { channel: null, held: 
 /**
  * Renders one streamed chunk for a terminal or a pipe. Answer text is written as is (`printable`); thought text
  * is dimmed (or, without colour, opened by `[thought] ` and closed by a line break when the answer
- * starts) unless hidden; tool calls are opened by `[tool] `. The Done chunk closes an open channel
- * with a line break and writes nothing else (the summary is `doneSummary`).
+ * starts) unless hidden; tool text is opened by `[tool] `. A tool call is a line of its own,
+ * `[tool call] name {"arg":...}` (a malformed one: `[malformed tool call: reason] text`). The Done
+ * chunk closes an open channel with a line break and writes nothing else (the summary is `doneSummary`).
  *
  * Line breaks at the edges of a channel are the model's formatting, not content: Qwen3 writes
  * `<think>\n…\n</think>\n\nanswer`. A channel's leading line breaks are dropped, and its trailing
@@ -141,6 +142,12 @@ export const renderChunk = (
 ): readonly [output: string, state: ChunkRenderState] => {
   if (chunk._tag === "Done") {
     return [state.channel === null ? "" : "\n", initialChunkRenderState]
+  }
+  if (chunk._tag === "ToolCall" || chunk._tag === "MalformedToolCall") {
+    const line = chunk._tag === "ToolCall"
+      ? `${bold(options.style)("[tool call]")} ${printable(chunk.name)} ${printable(JSON.stringify(chunk.arguments))}`
+      : `[malformed tool call: ${printable(chunk.reason)}] ${printable(chunk.text)}`
+    return [`${state.channel === null ? "" : "\n"}${line}\n`, initialChunkRenderState]
   }
   if (chunk.channel === "thought" && options.thoughts === "hide") return ["", state]
   const starts = state.channel !== chunk.channel

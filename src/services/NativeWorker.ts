@@ -25,7 +25,7 @@ import type * as Scope from "effect/Scope"
 import type { RpcClientError } from "@effect/rpc/RpcClientError"
 import type * as Stream from "effect/Stream"
 import type { EngineError, EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
-import type { ChatMessage, HeadScore, Role } from "../native/Protocol.js"
+import type { ChatMessage, HeadScore, Role, TemplateInputs } from "../native/Protocol.js"
 import { retryOnce, unavailable } from "./worker/ChildFaults.js"
 import type { Incarnation } from "./worker/Incarnation.js"
 import * as Generation from "./worker/Generation.js"
@@ -63,7 +63,8 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   readonly renderText: (
     role: Role,
     messages: ReadonlyArray<ChatMessage>,
-    addGenerationPrompt: boolean
+    addGenerationPrompt: boolean,
+    inputs?: TemplateInputs
   ) => Effect.Effect<string, WorkerError>
   /** Saves an idle generation sequence's KV state to a file (in the current child). */
   readonly saveState: (
@@ -76,7 +77,8 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   readonly render: (
     role: Role,
     messages: ReadonlyArray<ChatMessage>,
-    addGenerationPrompt?: boolean
+    addGenerationPrompt?: boolean,
+    inputs?: TemplateInputs
   ) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   /** The native allocation plan of a model over candidate context sizes, without loading it. */
   readonly plan: Planner
@@ -102,9 +104,10 @@ export const make: Effect.Effect<
     score: yield* Scoring.make(supervisor, config),
     tokenize: (role, text, specialTokens = false) => call((i) => i.child.client.Tokenize({ role, text, specialTokens })),
     detokenize: (role, tokens) => call((i) => i.child.client.Detokenize({ role, tokens })),
-    render: (role, messages, addGenerationPrompt) => call((i) => i.child.client.Render({ role, messages, addGenerationPrompt })),
-    renderText: (role, messages, addGenerationPrompt) =>
-      call((i) => i.child.client.RenderText({ role, messages, addGenerationPrompt })),
+    render: (role, messages, addGenerationPrompt, inputs) =>
+      call((i) => i.child.client.Render({ ...inputs, role, messages, addGenerationPrompt })),
+    renderText: (role, messages, addGenerationPrompt, inputs) =>
+      call((i) => i.child.client.RenderText({ ...inputs, role, messages, addGenerationPrompt })),
     // Not retried: a state lives in one child; the caller decides what a lost save means.
     saveState: (sequence, path) =>
       unavailable(supervisor.onReady((i) =>

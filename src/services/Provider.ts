@@ -29,12 +29,12 @@ import type {
   StopReason
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
+import type { TemplateInputs } from "../native/Protocol.js"
 import type { OpenChannel } from "./ChannelDecoder.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
-import * as Markers from "./provider/Markers.js"
 import { outputState } from "./provider/Output.js"
 import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
@@ -64,6 +64,12 @@ interface Step {
   readonly chunks: ReadonlyArray<GenerateChunk>
   readonly last: boolean
 }
+
+/** What the chat template reads beside the messages. */
+const templateInputsOf = (request: GenerateRequest): TemplateInputs => ({
+  ...(request.tools === undefined ? {} : { tools: request.tools }),
+  ...(request.thinking === undefined ? {} : { thinking: request.thinking })
+})
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
@@ -102,8 +108,9 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
+      const inputs = templateInputsOf(request)
       if (checkpoint === undefined || conversation === undefined) {
-        return { tokens: yield* worker.render("generation", request.messages), continued: false }
+        return { tokens: yield* worker.render("generation", request.messages, true, inputs), continued: false }
       }
       if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
         return yield* new InvalidCheckpoint({
@@ -117,9 +124,9 @@ export const make = Effect.gen(function*() {
       const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
       const assistant = history[history.length - 1]!
       const texts = {
-        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true),
-        history: yield* worker.renderText("generation", history, false),
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true)
+        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true, inputs),
+        history: yield* worker.renderText("generation", history, false, inputs),
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true, inputs)
       }
       const parts = Continuation.continuationTexts(texts, assistant.content)
       if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
@@ -128,13 +135,10 @@ export const make = Effect.gen(function*() {
       return { tokens: [...tokens, ...closing, ...turn], continued: true }
     })
 
-  const markerCache = Markers.cache()
-  /** The generation model's channel markers, resolved once per loaded model. */
-  const markersOf = (ready: WorkerReadiness) =>
-    markerCache(
-      `${ready.incarnation}:${ready.models.find((m) => m.role === "generation")?.modelPath}`,
-      (text) => worker.tokenize("generation", text, true)
-    )
+  /** The generation model's channel markers, as the engine reports them for the loaded model. */
+  const specialTokensOf = (ready: WorkerReadiness) =>
+    ready.models.find((m) => m.role === "generation")?.specialTokens ??
+      { thinkOpen: null, thinkClose: null, toolOpen: null, toolClose: null }
 
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrapScoped(
@@ -154,7 +158,7 @@ export const make = Effect.gen(function*() {
         const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
-        const output = outputState(yield* markersOf(yield* worker.readiness), request.stop ?? [])
+        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [], (n) => `${label}-call-${n}`)
         let reused = 0
         let firstStepAt: number | undefined
         let firstTokenAt: number | undefined
@@ -194,9 +198,9 @@ export const make = Effect.gen(function*() {
                   return { chunks, last: stopped }
                 }
                 case "Finished": {
-                  stopReason = event.reason === "maxTokens" ? "maxTokens" : "endOfGeneration"
-                  const end = yield* fromEither(output.finish(stopReason === "maxTokens"))
+                  const end = yield* fromEither(output.finish(event.reason === "maxTokens"))
                   truncatedChannel = end.truncated
+                  stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
                   return { chunks: end.chunks, last: true }
                 }
               }

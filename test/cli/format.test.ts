@@ -77,6 +77,23 @@ describe("Format", () => {
     assert.strictEqual(renderAll(inside, { thoughts: "show", style: plain }), "[thought] one\n\ntwo\na\n\nb\n")
   })
 
+  it("shows a tool call as a line of its own, name and JSON arguments; a malformed one with its reason and text", () => {
+    const call: GenerateChunk = { _tag: "ToolCall", id: "c0", name: "get_weather", arguments: { city: "Paris" }, tokens: [2] }
+    const malformed: GenerateChunk = { _tag: "MalformedToolCall", text: "{\"name\": \x1b", reason: "not JSON", tokens: [3] }
+    assert.strictEqual(
+      renderAll([text("answer", "Checking."), call, done], { thoughts: "show", style: plain }),
+      "Checking.\n[tool call] get_weather {\"city\":\"Paris\"}\n"
+    )
+    assert.strictEqual(
+      renderAll([call, text("answer", "Done.")], { thoughts: "show", style: color }),
+      "\x1b[1m[tool call]\x1b[22m get_weather {\"city\":\"Paris\"}\nDone."
+    )
+    assert.strictEqual(
+      renderAll([malformed, done], { thoughts: "show", style: plain }),
+      "[malformed tool call: not JSON] {\"name\": \u241b\n"
+    )
+  })
+
   it("shows control characters in generated text as visible pictures", () => {
     assert.strictEqual(Format.printable("a\u0014b\x1b[31mc\td\ne\u007f\u009b"), "a\u2414b\u241b[31mc\td\ne\u2421\ufffd")
     assert.strictEqual(

@@ -39,16 +39,47 @@ const byChannel = (chunks: ReadonlyArray<GenerateChunk>) => {
 
 describe("generation output: channels and stop strings", () => {
   it("separates thought, answer and tool output; no marker text leaks", () => {
-    const result = Either.getOrThrow(run([5, "let", " me", " think", 6, "The", " answer", 7, "{\"f\":1}", 8, " done"]))
+    const result = Either.getOrThrow(run([5, "let", " me", " think", 6, "The", " answer", 7, "{\"name\":\"f\",", "\"arguments\":{}}", 8, " done"]))
     assert.deepStrictEqual(byChannel(result.chunks), {
       thought: "let me think",
-      answer: "The answer done",
-      tool: "{\"f\":1}"
+      answer: "The answer done"
     })
     for (const c of result.chunks) if (c._tag === "Text") assert.notMatch(c.text, /<\/?(think|tool_call)>/)
     // Every plain token is behind exactly one chunk; markers are behind none.
-    const tokens = result.chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
-    assert.deepStrictEqual(tokens, [100, 101, 102, 103, 104, 105, 106])
+    const tokens = result.chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
+    assert.deepStrictEqual(tokens, [100, 101, 102, 103, 104, 105, 106, 107])
+  })
+
+  it("a tool call is one ToolCall chunk with its parsed arguments, in order between the texts around it", () => {
+    const output = outputState(special, [], (n) => `id-${n}`)
+    const chunks: Array<GenerateChunk> = []
+    let next = 100
+    for (const piece of ["Let me check.", 7, "\n{\"name\": \"get_weather\",", " \"arguments\": {\"city\": \"Paris\"}}\n", 8]) {
+      const token = typeof piece === "number" ? piece : next++
+      chunks.push(...Either.getOrThrow(output.token(token, typeof piece === "number" ? markers[piece]! : piece)).chunks)
+    }
+    chunks.push(...Either.getOrThrow(output.finish(false)).chunks)
+    assert.deepStrictEqual(chunks.map((c) => c._tag), ["Text", "ToolCall"])
+    assert.deepStrictEqual(chunks[1], { _tag: "ToolCall", id: "id-0", name: "get_weather", arguments: { city: "Paris" }, tokens: [101, 102] })
+    assert.isTrue(output.calledTools())
+  })
+
+  it("a malformed tool call is a MalformedToolCall chunk naming its text; the answer after it is kept", () => {
+    const result = Either.getOrThrow(run([7, "{\"name\": \"get_weather\", \"arguments\": {\"city\"", 8, "Sorry", ", no call.", 7, 8]))
+    assert.deepStrictEqual(result.chunks.map((c) => c._tag), ["MalformedToolCall", "Text", "Text", "MalformedToolCall"])
+    const [broken, , , empty] = result.chunks
+    assert(broken?._tag === "MalformedToolCall" && empty?._tag === "MalformedToolCall")
+    assert.strictEqual(broken.text, "{\"name\": \"get_weather\", \"arguments\": {\"city\"")
+    assert.match(broken.reason, /^not JSON/)
+    assert.deepStrictEqual(broken.tokens, [100])
+    assert.deepStrictEqual([empty.text, empty.tokens], ["", []])
+    assert.strictEqual(byChannel(result.chunks).answer, "Sorry, no call.")
+  })
+
+  it("answer text held back for a stop string is released before a tool call opens", () => {
+    const result = Either.getOrThrow(run(["a", " ST", 7, "{\"name\":\"f\"}", 8, "b"], ["STOP"]))
+    const texts = result.chunks.map((c) => (c._tag === "Text" ? c.text : `|${c._tag}|`)).join("")
+    assert.strictEqual(texts, "a ST|ToolCall|b")
   })
 
   it("rejects an unmatched closer, a nested opener and an unterminated channel with a typed error", () => {

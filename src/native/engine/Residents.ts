@@ -39,10 +39,16 @@ export interface Residents {
   readonly detokenize: (role: Role, tokens: ReadonlyArray<number>) => Effect.Effect<string, RoleNotLoaded>
 }
 
-/** The model's single-token id for a special text, or null where the text is not one special token. */
+/**
+ * The model's single-token id for a marker text, or null where the text is not one added token: a
+ * control token, or a user-defined one (Qwen3's `<think>` and `<tool_call>` are added tokens that
+ * are not special, so they detokenize as their text).
+ */
 const specialToken = (model: LlamaModel, text: string): number | null => {
   const tokens = model.tokenize(text, true)
-  return tokens.length === 1 && model.detokenize(tokens, false) === "" ? tokens[0]! : null
+  if (tokens.length !== 1) return null
+  const attributes = model.getTokenAttributes(tokens[0]!)
+  return attributes.control || attributes.userDefined ? tokens[0]! : null
 }
 
 export const make = (native: Native, failpoints: Failpoints | undefined): Effect.Effect<Residents, never, Scope.Scope> =>
