@@ -126,7 +126,7 @@ const turn = (request: GenerateRequest) =>
         if (chunk._tag === "Text") {
           firstText ??= performance.now() - start
           if (chunk.channel === "answer") answer += chunk.text
-        } else done = chunk
+        } else if (chunk._tag === "Done") done = chunk
       }))
     if (done === undefined) return yield* Effect.dieMessage("generation ended without a Done chunk")
     return { done, firstText, wall: performance.now() - start, answer } satisfies Turn

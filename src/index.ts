@@ -37,6 +37,7 @@ export {
   Timings,
   TokenizeRequest,
   TokenizeResult,
+  ToolDefinition,
   Usage
 } from "./domain/Inference.js"
 

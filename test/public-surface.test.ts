@@ -50,6 +50,7 @@ describe("public surface", () => {
         "Timings",
         "TokenizeRequest",
         "TokenizeResult",
+        "ToolDefinition",
         "Usage",
         // the Provider's errors
         "ProviderError",

@@ -18,13 +18,15 @@ import * as LanguageModel from "@effect/ai/LanguageModel"
 import * as AiModel from "@effect/ai/Model"
 import type * as Response from "@effect/ai/Response"
 import * as Telemetry from "@effect/ai/Telemetry"
+import * as Tool from "@effect/ai/Tool"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import { dual } from "effect/Function"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest, GenerationLane, Sampling } from "../domain/Inference.js"
+import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest, GenerationLane, Sampling, ToolDefinition } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { toAiError } from "./Errors.js"
@@ -50,6 +52,8 @@ export declare namespace Config {
     readonly conversation?: string | undefined
     /** Continue from this checkpoint instead of the one the layer kept for the conversation. */
     readonly checkpoint?: Checkpoint | undefined
+    /** False asks the template to skip thinking (Qwen3's `enable_thinking`). Default: the template's. */
+    readonly thinking?: boolean | undefined
   }
 }
 
@@ -81,6 +85,30 @@ const historyOf = (messages: ReadonlyArray<ChatMessage>) => messages.slice(0, me
 
 const module = "NativegenLanguageModel"
 
+/**
+ * The request's tools, for the template: none when the tool choice is `none`. nativegen does not
+ * force a call, so a choice that requires one is refused rather than ignored; a provider-defined
+ * tool (another provider's) is refused too.
+ */
+const toolsOf = (options: LanguageModel.ProviderOptions, method: string): Effect.Effect<Array<ToolDefinition>, AiError.MalformedInput> => {
+  const choice = options.toolChoice
+  if (options.tools.length === 0 || choice === "none") return Effect.succeed([])
+  const refuse = (description: string) => Effect.fail(new AiError.MalformedInput({ module, method, description }))
+  if (choice === "required" || (typeof choice === "object" && ("tool" in choice || choice.mode === "required"))) {
+    return refuse(`nativegen does not force a tool call (tool choice ${JSON.stringify(choice)}); use "auto"`)
+  }
+  const tools: Array<ToolDefinition> = []
+  for (const tool of options.tools) {
+    if (!Tool.isUserDefined(tool)) return refuse(`tool ${tool.name} is another provider's tool`)
+    tools.push({
+      name: tool.name,
+      ...(tool.description === undefined ? {} : { description: tool.description }),
+      parameters: { ...Tool.getJsonSchemaFromSchemaAst(tool.parametersSchema.ast) }
+    })
+  }
+  return Effect.succeed(tools)
+}
+
 export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: Config.Service = {}) {
   const provider = yield* Provider
   const kept = new Map<string, Kept>()
@@ -98,9 +126,7 @@ export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: C
       if (options.responseFormat.type === "json") {
         return yield* new AiError.MalformedInput({ module, method, description: "this build has no structured output (a JSON response format)" })
       }
-      if (options.tools.length > 0 && options.toolChoice !== "none") {
-        return yield* new AiError.MalformedInput({ module, method, description: "this build has no tool calls" })
-      }
+      const tools = yield* toolsOf(options, method)
       const messages = yield* Messages.fromPrompt(options.prompt, { module, method })
       const conversation = settings.conversation
       const held = conversation === undefined || settings.checkpoint !== undefined ? undefined : kept.get(conversation)
@@ -112,6 +138,8 @@ export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: C
         sampling: settings.sampling ?? { temperature: 0 },
         lane: settings.lane ?? "foreground",
         ...(settings.stop === undefined ? {} : { stop: settings.stop }),
+        ...(settings.thinking === undefined ? {} : { thinking: settings.thinking }),
+        ...(tools.length === 0 ? {} : { tools }),
         ...(conversation === undefined ? {} : { conversation }),
         ...(checkpoint === undefined ? {} : { checkpoint })
       }
@@ -132,7 +160,7 @@ export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: C
   /** The generation's stream parts; a kept checkpoint the runtime refuses is forgotten and the turn sent without it. */
   const partsOf = (options: LanguageModel.ProviderOptions, method: string): Stream.Stream<Response.StreamPartEncoded, AiError.AiError> =>
     Stream.unwrap(Effect.map(requestOf(options, method), ({ request, resumed }) => {
-      const state = streamState()
+      const state = streamState({ module, method })
       const { checkpoint: _, ...fresh } = request
       const chunks: Stream.Stream<GenerateChunk, ProviderError> = resumed
         ? Stream.catchTag(provider.generate(request), "InvalidCheckpoint", () =>
@@ -143,17 +171,17 @@ export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: C
         : provider.generate(request)
       return chunks.pipe(
         Stream.mapError(toAiError(module, method)),
-        Stream.mapConcat((chunk) => {
+        Stream.mapConcatEffect((chunk) => {
           if (chunk._tag === "Done") {
             if (request.conversation !== undefined && chunk.checkpoint !== undefined) {
-              keep(request.conversation, chunk.checkpoint, [...request.messages, { role: "assistant", content: state.answer }])
+              keep(request.conversation, chunk.checkpoint, [...request.messages, state.turn])
             }
             Telemetry.addGenAIAnnotations(options.span, {
               usage: { inputTokens: chunk.usage.promptTokens, outputTokens: chunk.usage.generatedTokens },
               response: { finishReasons: [finishReason(chunk.stopReason)] }
             })
           }
-          return state.parts(chunk)
+          return Either.match(state.parts(chunk), { onLeft: Effect.fail, onRight: Effect.succeed })
         })
       )
     }))

@@ -112,18 +112,28 @@ export const printable = (text: string): string =>
 /** What happens to the thought channel: dimmed (plain text marked `[thought]` without colour), or hidden. */
 export type ThoughtMode = "show" | "hide"
 
-/** The renderer's memory between chunks: the channel of the last text written. */
+/**
+ * The renderer's memory between chunks: the channel of the last text written, and the line
+ * breaks that ended it, held back until more text of that channel shows they are inside it.
+ */
 export interface ChunkRenderState {
   readonly channel: Channel | null
+  readonly held: string
 }
 
-export const initialChunkRenderState: ChunkRenderState = { channel: null }
+export const initialChunkRenderState: ChunkRenderState = { channel: null, held: "" }
 
 /**
  * Renders one streamed chunk for a terminal or a pipe. Answer text is written as is (`printable`); thought text
  * is dimmed (or, without colour, opened by `[thought] ` and closed by a line break when the answer
- * starts) unless hidden; tool calls are opened by `[tool] `. The Done chunk closes an open channel
- * with a line break and writes nothing else (the summary is `doneSummary`).
+ * starts) unless hidden; tool text is opened by `[tool] `. A tool call is a line of its own,
+ * `[tool call] name {"arg":...}` (a malformed one: `[malformed tool call: reason] text`). The Done
+ * chunk closes an open channel with a line break and writes nothing else (the summary is `doneSummary`).
+ *
+ * Line breaks at the edges of a channel are the model's formatting, not content: Qwen3 writes
+ * `<think>\n…\n</think>\n\nanswer`. A channel's leading line breaks are dropped, and its trailing
+ * ones are held back: written when more text of the channel follows, replaced by the one line
+ * break that closes a thought or tool call, and dropped at the end.
  */
 export const renderChunk = (
   state: ChunkRenderState,
@@ -133,22 +143,38 @@ export const renderChunk = (
   if (chunk._tag === "Done") {
     return [state.channel === null ? "" : "\n", initialChunkRenderState]
   }
+  if (chunk._tag === "ToolCall" || chunk._tag === "MalformedToolCall") {
+    const line = chunk._tag === "ToolCall"
+      ? `${bold(options.style)("[tool call]")} ${printable(chunk.name)} ${printable(JSON.stringify(chunk.arguments))}`
+      : `[malformed tool call: ${printable(chunk.reason)}] ${printable(chunk.text)}`
+    return [`${state.channel === null ? "" : "\n"}${line}\n`, initialChunkRenderState]
+  }
   if (chunk.channel === "thought" && options.thoughts === "hide") return ["", state]
-  if (chunk.text === "") return ["", state]
+  const starts = state.channel !== chunk.channel
+  const visible = printable(starts ? chunk.text.replace(/^\n+/, "") : chunk.text)
+  if (visible === "") return ["", state]
+  const body = visible.replace(/\n+$/, "")
+  const held = visible.slice(body.length)
   let out = ""
-  if (state.channel !== chunk.channel) {
-    if (state.channel !== null && state.channel !== "answer") out += "\n"
+  if (starts) {
+    if (state.channel === "answer") out += state.held
+    else if (state.channel !== null) out += "\n"
     if (chunk.channel === "thought" && !options.style.color) out += "[thought] "
     if (chunk.channel === "tool") out += "[tool] "
+  } else {
+    out += state.held
   }
-  const text = printable(chunk.text)
-  out += chunk.channel === "thought" ? dim(options.style)(text) : text
-  return [out, { channel: chunk.channel }]
+  if (body === "") return [out, { channel: chunk.channel, held }]
+  out += chunk.channel === "thought" ? dim(options.style)(body) : body
+  return [out, { channel: chunk.channel, held }]
 }
 
 type Done = Extract<GenerateChunk, { readonly _tag: "Done" }>
 
-/** `32 tokens · prompt 57 (51 reused: continuation) · first token 41 ms · 88.1 tok/s · stop: maxTokens` */
+/**
+ * `32 tokens · prompt 57 (51 reused: continuation) · first token 41 ms · 88.1 tok/s · stop: maxTokens`,
+ * and `(thought cut short)` after the stop when the limit ended the output inside the thought.
+ */
 export const doneSummary = (done: Done): string => {
   const { usage, timings } = done
   const reused = usage.reusedTokens > 0 || usage.reuse !== "cold"
@@ -160,7 +186,7 @@ export const doneSummary = (done: Done): string => {
     `first token ${formatDuration(timings.firstTokenMillis)}`,
     `${timings.decodeTokensPerSecond.toFixed(1)} tok/s`,
     `total ${formatDuration(timings.totalMillis)}`,
-    `stop: ${done.stopReason}`
+    `stop: ${done.stopReason}${done.truncatedChannel === undefined ? "" : ` (${done.truncatedChannel} cut short)`}`
   ].join(" · ")
 }
 

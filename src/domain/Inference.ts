@@ -19,8 +19,41 @@ export type GenerationLane = typeof GenerationLane.Type
 export const ChatRole = Schema.Literal("system", "user", "assistant", "tool")
 export type ChatRole = typeof ChatRole.Type
 
-export const ChatMessage = Schema.Struct({ role: ChatRole, content: Schema.String })
+/** A JSON value as it crosses the wire (tool parameters, tool-call arguments). */
+export const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
+export type JsonObject = typeof JsonObject.Type
+
+/** A tool call an assistant made earlier in the chat (history for the template). */
+export const ChatToolCall = Schema.Struct({
+  id: Schema.optional(Schema.String),
+  name: Schema.String,
+  arguments: JsonObject
+})
+export type ChatToolCall = typeof ChatToolCall.Type
+
+export const ChatMessage = Schema.Struct({
+  role: ChatRole,
+  content: Schema.String,
+  /** An assistant message's thought (the template's `reasoning_content`), kept apart from its content. */
+  reasoning: Schema.optional(Schema.String),
+  /** An assistant message's tool calls (the template's `tool_calls`). */
+  toolCalls: Schema.optional(Schema.Array(ChatToolCall)),
+  /** A tool message: the id of the call it answers (the template's `tool_call_id`). */
+  toolCallId: Schema.optional(Schema.String)
+})
 export type ChatMessage = typeof ChatMessage.Type
+
+/**
+ * A tool the model may call: passed to the chat template as `tools`, in the OpenAI shape Qwen's
+ * and most templates expect (`{type: "function", function: {name, description, parameters}}`).
+ */
+export const ToolDefinition = Schema.Struct({
+  name: Schema.String,
+  description: Schema.optional(Schema.String),
+  /** A JSON schema of the arguments, an object schema (`{type: "object", properties, ...}`). */
+  parameters: JsonObject
+})
+export type ToolDefinition = typeof ToolDefinition.Type
 
 export const Sampling = Schema.Struct({
   /** 0 is greedy. */
@@ -58,11 +91,16 @@ export const GenerateRequest = Schema.Struct({
   stop: Schema.optional(Schema.Array(Schema.String)),
   lane: Schema.optional(GenerationLane),
   /** Report each generated token's probability (under the sampling options) on its Text chunk. */
-  probabilities: Schema.optional(Schema.Boolean)
+  probabilities: Schema.optional(Schema.Boolean),
+  /** Tools the model may call (names unique); its calls come back as ToolCall chunks. */
+  tools: Schema.optional(Schema.Array(ToolDefinition)),
+  /** False asks the template to skip thinking (Qwen3's `enable_thinking`); absent leaves it to the template. */
+  thinking: Schema.optional(Schema.Boolean)
 })
 export type GenerateRequest = typeof GenerateRequest.Type
 
-export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopString")
+/** `toolCalls`: the turn ended after at least one well-formed tool call. */
+export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopString", "toolCalls")
 export type StopReason = typeof StopReason.Type
 
 /** How much of the prompt came from cache, and from which kind of reuse. */
@@ -97,12 +135,34 @@ export const GenerateChunk = Schema.Union(
     /** Per token, its probability when the request asked for them. */
     probabilities: Schema.optional(Schema.Array(Schema.Number))
   }),
+  /** A tool call the model made: the tool's name and its parsed JSON arguments. */
+  Schema.TaggedStruct("ToolCall", {
+    /** Unique within the generation; a tool message answering it may name it (`toolCallId`). */
+    id: Schema.String,
+    name: Schema.String,
+    arguments: JsonObject,
+    tokens: Schema.Array(Schema.NonNegativeInt)
+  }),
+  /**
+   * A tool call whose text is not a call (not JSON, or not `{"name": string, "arguments": object}`):
+   * the text as generated and why. The generation goes on; what follows is not lost.
+   */
+  Schema.TaggedStruct("MalformedToolCall", {
+    text: Schema.String,
+    reason: Schema.String,
+    tokens: Schema.Array(Schema.NonNegativeInt)
+  }),
   /** The last chunk of every successful generation. */
   Schema.TaggedStruct("Done", {
     stopReason: StopReason,
     usage: Usage,
     timings: Timings,
-    checkpoint: Schema.optional(Checkpoint)
+    checkpoint: Schema.optional(Checkpoint),
+    /**
+     * With stopReason "maxTokens": the channel the limit cut while it was open (its text so far
+     * was delivered). Absent when the output ended in the answer channel.
+     */
+    truncatedChannel: Schema.optional(Schema.Literal("thought", "tool"))
   })
 )
 export type GenerateChunk = typeof GenerateChunk.Type

@@ -14,7 +14,7 @@ import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcGroup from "@effect/rpc/RpcGroup"
 import * as Schema from "effect/Schema"
 import { EngineError } from "../domain/EngineError.js"
-import { ChatMessage, Lane, Role, Sampling } from "../domain/Inference.js"
+import { ChatMessage, Lane, Role, Sampling, ToolDefinition } from "../domain/Inference.js"
 
 export const PROTOCOL_VERSION = 1
 
@@ -25,7 +25,7 @@ export const PROTOCOL_VERSION = 1
  */
 export const DECODE_RUN_AHEAD = 4
 
-export { ChatMessage, ChatRole, Lane, Role, Sampling } from "../domain/Inference.js"
+export { ChatMessage, ChatRole, Lane, Role, Sampling, ToolDefinition } from "../domain/Inference.js"
 
 export const Backend = Schema.Literal("cpu", "cuda", "vulkan", "metal")
 export type Backend = typeof Backend.Type
@@ -147,6 +147,14 @@ export const ScoreEvent = Schema.Union(
 )
 export type ScoreEvent = typeof ScoreEvent.Type
 
+/** What a chat template reads beside the messages: the tools offered, and whether to think. */
+export const TemplateInputs = Schema.Struct({
+  tools: Schema.optional(Schema.Array(ToolDefinition)),
+  /** The template's `enable_thinking`; absent leaves it undefined. */
+  thinking: Schema.optional(Schema.Boolean)
+})
+export type TemplateInputs = typeof TemplateInputs.Type
+
 export class EngineRpcs extends RpcGroup.make(
   Rpc.make("Hello", { success: HelloInfo }),
   Rpc.make("Memory", { success: MemoryReading }),
@@ -173,14 +181,15 @@ export class EngineRpcs extends RpcGroup.make(
       role: Role,
       messages: Schema.Array(ChatMessage),
       /** Default true: end with the assistant prompt. */
-      addGenerationPrompt: Schema.optional(Schema.Boolean)
+      addGenerationPrompt: Schema.optional(Schema.Boolean),
+      ...TemplateInputs.fields
     },
     success: Tokens,
     error: EngineError
   }),
   /** The chat as text through the template; without the assistant prompt when `addGenerationPrompt` is false. */
   Rpc.make("RenderText", {
-    payload: { role: Role, messages: Schema.Array(ChatMessage), addGenerationPrompt: Schema.Boolean },
+    payload: { role: Role, messages: Schema.Array(ChatMessage), addGenerationPrompt: Schema.Boolean, ...TemplateInputs.fields },
     success: Schema.String,
     error: EngineError
   }),

@@ -2,8 +2,9 @@
  * The output-channel decoder: splits a generation's tokens into the thought, answer and
  * tool-call channels by the model's control tokens. Marker tokens are consumed, never emitted;
  * a malformed boundary (an unmatched closer, a nested opener, the other channel's closer, a
- * channel still open at the end) is a typed `MalformedChannel` rather than markers leaking into
- * the answer. Pure: `make` is a synchronous state machine for one consumer, `decodeChannels`
+ * channel still open when the model ends its output) is a typed `MalformedChannel` rather than
+ * markers leaking into the answer. A channel still open when a token limit ends the output was
+ * cut, not malformed (`truncate`). Pure: `make` is a synchronous state machine for one consumer, `decodeChannels`
  * the same machine as a Stream combinator for the Provider.
  */
 import * as Effect from "effect/Effect"
@@ -60,7 +61,8 @@ export interface IndexedChannelPiece extends ChannelPiece {
   readonly index: number
 }
 
-const markerText: Record<Marker, string> = {
+/** Each marker's text in the model's vocabulary. */
+export const markerText: Record<Marker, string> = {
   thinkOpen: "<think>",
   thinkClose: "</think>",
   toolOpen: "<tool_call>",
@@ -164,6 +166,11 @@ export interface ChannelDecoder {
   readonly push: (token: number, text: string) => Either.Either<ReadonlyArray<ChannelPiece>, MalformedChannel>
   /** Ends the generation; fails with reason `unterminated` if a channel is still open. */
   readonly finish: () => Either.Either<void, MalformedChannel>
+  /**
+   * Ends the generation at a token limit: a channel still open was cut short, which is not a
+   * malformed boundary. Returns that channel (null when none was open).
+   */
+  readonly truncate: () => Either.Either<OpenChannel | null, MalformedChannel>
   /** The channel the next plain token would go to. */
   readonly channel: () => Channel
 }
@@ -185,6 +192,7 @@ export const make = (special: ChannelTokens): ChannelDecoder => {
       return Either.right(result.right[1])
     },
     finish: () => (failed !== null ? Either.left(failed) : end(state)),
+    truncate: () => (failed !== null ? Either.left(failed) : Either.right(state.open?.channel ?? null)),
     channel: () => state.open?.channel ?? "answer"
   }
 }

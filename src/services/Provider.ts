@@ -31,6 +31,8 @@ import type {
   TokenizeResult
 } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
+import type { TemplateInputs } from "../native/Protocol.js"
+import type { OpenChannel } from "./ChannelDecoder.js"
 import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
@@ -66,6 +68,12 @@ interface Step {
   readonly chunks: ReadonlyArray<GenerateChunk>
   readonly last: boolean
 }
+
+/** What the chat template reads beside the messages. */
+const templateInputsOf = (request: GenerateRequest): TemplateInputs => ({
+  ...(request.tools === undefined ? {} : { tools: request.tools }),
+  ...(request.thinking === undefined ? {} : { thinking: request.thinking })
+})
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
@@ -104,8 +112,9 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
+      const inputs = templateInputsOf(request)
       if (checkpoint === undefined || conversation === undefined) {
-        return { tokens: yield* worker.render("generation", request.messages), continued: false }
+        return { tokens: yield* worker.render("generation", request.messages, true, inputs), continued: false }
       }
       if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
         return yield* new InvalidCheckpoint({
@@ -117,13 +126,20 @@ export const make = Effect.gen(function*() {
       const split = Continuation.splitTurn(request.messages)
       if (split.turn.length === 0) return yield* invalid("messages", request.messages.length, "a continued turn needs a message after the last assistant message")
       const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
-      const rendered = yield* worker.renderText("generation", Continuation.probeChat(history, split.turn), true)
-      const continuation = Continuation.continuationText(rendered)
-      if ("failure" in continuation) return yield* invalid("messages", conversation, continuation.failure)
-      const turn = yield* worker.tokenize("generation", continuation.text, true)
-      return { tokens: [...tokens, ...turn], continued: true }
+      const assistant = history[history.length - 1]!
+      const texts = {
+        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true, inputs),
+        history: yield* worker.renderText("generation", history, false, inputs),
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true, inputs)
+      }
+      const parts = Continuation.continuationTexts(texts, assistant.content)
+      if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
+      const closing = yield* worker.tokenize("generation", parts.closing, true)
+      const turn = yield* worker.tokenize("generation", parts.turn, true)
+      return { tokens: [...tokens, ...closing, ...turn], continued: true }
     })
 
+  /** The generation model's channel markers, as the engine reports them for the loaded model. */
   const specialTokensOf = (ready: WorkerReadiness) =>
     ready.models.find((m) => m.role === "generation")?.specialTokens ??
       { thinkOpen: null, thinkClose: null, toolOpen: null, toolClose: null }
@@ -146,12 +162,13 @@ export const make = Effect.gen(function*() {
         const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
-        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [])
+        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [], (n) => `${label}-call-${n}`)
         let reused = 0
         let firstStepAt: number | undefined
         let firstTokenAt: number | undefined
         let lastTokenAt: number | undefined
         let stopReason: StopReason = "maxTokens"
+        let truncatedChannel: OpenChannel | null = null
 
         const steps = worker.generate({
           prompt,
@@ -185,8 +202,10 @@ export const make = Effect.gen(function*() {
                   return { chunks, last: stopped }
                 }
                 case "Finished": {
-                  stopReason = event.reason === "maxTokens" ? "maxTokens" : "endOfGeneration"
-                  return { chunks: yield* fromEither(output.finish()), last: true }
+                  const end = yield* fromEither(output.finish(event.reason === "maxTokens"))
+                  truncatedChannel = end.truncated
+                  stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
+                  return { chunks: end.chunks, last: true }
                 }
               }
             })
@@ -229,7 +248,8 @@ export const make = Effect.gen(function*() {
               decodeTokensPerSecond: generated > 1 && decodeMillis > 0 ? ((generated - 1) * 1000) / decodeMillis : 0,
               totalMillis: now - submitted
             },
-            ...(checkpoint === undefined ? {} : { checkpoint })
+            ...(checkpoint === undefined ? {} : { checkpoint }),
+            ...(truncatedChannel === null ? {} : { truncatedChannel })
           } satisfies GenerateChunk
         })
         return Stream.concat(steps, Stream.fromEffect(done))

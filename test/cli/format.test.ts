@@ -68,6 +68,32 @@ describe("Format", () => {
     assert.strictEqual(renderAll([text("thought", "only"), done], { thoughts: "hide", style: plain }), "")
   })
 
+  it("drops line breaks at a channel's edges (Qwen3's <think>\\n…\\n</think>\\n\\n), keeps those inside", () => {
+    const qwen = [text("thought", "Let me"), text("thought", " think.\n"), text("answer", "\n\n"), text("answer", "Hello"), text("answer", "!\n"), done]
+    assert.strictEqual(renderAll(qwen, { thoughts: "show", style: plain }), "[thought] Let me think.\nHello!\n")
+    assert.strictEqual(renderAll(qwen, { thoughts: "show", style: color }), "\x1b[2mLet me\x1b[22m\x1b[2m think.\x1b[22m\nHello!\n")
+    assert.strictEqual(renderAll(qwen, { thoughts: "hide", style: plain }), "Hello!\n")
+    const inside = [text("thought", "\none\n"), text("thought", "\ntwo"), text("answer", "a\n\n"), text("answer", "b"), done]
+    assert.strictEqual(renderAll(inside, { thoughts: "show", style: plain }), "[thought] one\n\ntwo\na\n\nb\n")
+  })
+
+  it("shows a tool call as a line of its own, name and JSON arguments; a malformed one with its reason and text", () => {
+    const call: GenerateChunk = { _tag: "ToolCall", id: "c0", name: "get_weather", arguments: { city: "Paris" }, tokens: [2] }
+    const malformed: GenerateChunk = { _tag: "MalformedToolCall", text: "{\"name\": \x1b", reason: "not JSON", tokens: [3] }
+    assert.strictEqual(
+      renderAll([text("answer", "Checking."), call, done], { thoughts: "show", style: plain }),
+      "Checking.\n[tool call] get_weather {\"city\":\"Paris\"}\n"
+    )
+    assert.strictEqual(
+      renderAll([call, text("answer", "Done.")], { thoughts: "show", style: color }),
+      "\x1b[1m[tool call]\x1b[22m get_weather {\"city\":\"Paris\"}\nDone."
+    )
+    assert.strictEqual(
+      renderAll([malformed, done], { thoughts: "show", style: plain }),
+      "[malformed tool call: not JSON] {\"name\": \u241b\n"
+    )
+  })
+
   it("shows control characters in generated text as visible pictures", () => {
     assert.strictEqual(Format.printable("a\u0014b\x1b[31mc\td\ne\u007f\u009b"), "a\u2414b\u241b[31mc\td\ne\u2421\ufffd")
     assert.strictEqual(
@@ -80,6 +106,10 @@ describe("Format", () => {
     assert.strictEqual(
       Format.doneSummary(done as Extract<GenerateChunk, { _tag: "Done" }>),
       "32 tokens · prompt 57 (51 reused: continuation) · first token 41 ms · 88.1 tok/s · total 404 ms · stop: maxTokens"
+    )
+    assert.match(
+      Format.doneSummary({ ...done, truncatedChannel: "thought" } as Extract<GenerateChunk, { _tag: "Done" }>),
+      / · stop: maxTokens \(thought cut short\)$/
     )
   })
 

@@ -17,7 +17,7 @@ import * as Path from "node:path"
 import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
 import { GenerateChunk, Readiness } from "../../src/domain/Inference.js"
 import { awaitGone, isAlive } from "../support/processes.js"
-import { environment, type Home, makeHome, run, runUntil } from "./support.js"
+import { environment, type Home, makeHome, run, runInTerminal, runUntil, terminalUnavailable } from "./support.js"
 
 interface RunningServer {
   readonly home: Home
@@ -112,6 +112,10 @@ const decodeReadiness = Schema.decodeUnknownSync(Readiness)
 
 const lines = (text: string) => text.split("\n").filter((line) => line !== "")
 
+/** The seed generation model's scripted reply (fixtures/qwen3-models.ts), as the chat command shows it. */
+const thought = "The user greets me; a short, friendly reply fits."
+const answer = "Hello! I am the nativegen seed model."
+
 layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTestServices: true })("nativegen serve (npm start)", (it) => {
   it.effect("imports and activates the seed, loads both roles and logs readiness", () =>
     Effect.gen(function*() {
@@ -119,7 +123,7 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       const log = server.log()
       assert.include(log, `listening on ${server.socket}`)
       assert.include(log, "1 trusted keys besides the seed's")
-      assert.match(log, /store: activated[\s\S]*model: (tiny|decision)/)
+      assert.match(log, /store: activated[\s\S]*model: (qwen-chat|qwen-decision)/)
       assert.isTrue(Fs.statSync(server.socket).isSocket())
       assert.isTrue(isAlive(server.enginePid))
     }))
@@ -130,8 +134,8 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       const text = yield* run(["status"], { env: home.env })
       assert.strictEqual(text.code, 0, text.stderr)
       assert.match(text.stdout, /^state {6}ready$/m)
-      assert.match(text.stdout, /^generation {2}tiny\s+1\s+1024\s+1024\s+cap\s+sha256:[0-9a-f]{12}$/m)
-      assert.match(text.stdout, /^decision {4}decision\s+1\s+512\s+512\s+cap\s+sha256:[0-9a-f]{12}$/m)
+      assert.match(text.stdout, /^generation {2}qwen-chat\s+1\s+1024\s+1024\s+cap\s+sha256:[0-9a-f]{12}$/m)
+      assert.match(text.stdout, /^decision {4}qwen-decision\s+1\s+512\s+512\s+cap\s+sha256:[0-9a-f]{12}$/m)
       const json = yield* run(["status", "--json"], { env: home.env })
       assert.strictEqual(json.code, 0, json.stderr)
       const readiness = decodeReadiness(JSON.parse(json.stdout))
@@ -147,35 +151,63 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       assert.strictEqual(decodeReadiness(JSON.parse(lines(watched.stdout)[0]!)).state, "ready")
     }))
 
-  it.effect("chat streams an answer and prints a usage summary; --json prints chunk events then Done", () =>
+  it.effect("chat prints the seed's scripted answer after its thought; --hide-thoughts leaves the thought out", () =>
     Effect.gen(function*() {
       const { home } = yield* TestServer
-      const text = yield* run(["chat", "-t", "0", "-n", "8", "Hello there"], { env: home.env })
+      // As a user runs it: the default temperature (0.7); the script's logit margin keeps sampling on it.
+      const text = yield* run(["chat", "hi"], { env: home.env })
       assert.strictEqual(text.code, 0, text.stderr)
-      assert.isTrue(text.stdout.endsWith("\n") && text.stdout.trim().length > 0)
-      assert.match(text.stderr, /^8 tokens · prompt \d+ \(.*\) · first token \d+ ms · [\d.]+ tok\/s · total .* · stop: maxTokens\n$/)
-      const json = yield* run(["chat", "-t", "0", "-n", "8", "--json", "Hello there"], { env: home.env })
+      assert.strictEqual(text.stdout, `[thought] ${thought}\n${answer}\n`)
+      assert.match(text.stderr, /^26 tokens · prompt 9 \(cold\) · first token \d+ ms · [\d.]+ tok\/s · total .* · stop: endOfGeneration\n$/)
+      const hidden = yield* run(["chat", "--hide-thoughts", "hi"], { env: home.env })
+      assert.strictEqual(hidden.code, 0, hidden.stderr)
+      assert.strictEqual(hidden.stdout, `${answer}\n`)
+    }))
+
+  it.effect.skipIf(terminalUnavailable !== undefined)("on a terminal the thought is dimmed, or hidden with --hide-thoughts", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const shown = yield* runInTerminal(["chat", "hi"], { env: home.env })
+      assert.strictEqual(shown.code, 0, shown.stdout)
+      // Each thought piece between SGR 2 (dim) and 22 (normal intensity), then the answer plain.
+      const dimmed = /((?:\x1b\[2m[^\x1b]*\x1b\[22m)+)\n(.*)\n/.exec(shown.stdout)
+      assert.isNotNull(dimmed, JSON.stringify(shown.stdout))
+      assert.strictEqual(dimmed![1]!.replaceAll("\x1b[2m", "").replaceAll("\x1b[22m", ""), thought)
+      assert.strictEqual(dimmed![2], answer)
+      assert.notInclude(shown.stdout, "[thought]")
+      const hidden = yield* runInTerminal(["chat", "--hide-thoughts", "hi"], { env: home.env })
+      assert.strictEqual(hidden.code, 0, hidden.stdout)
+      assert.include(hidden.stdout, `${answer}\n`)
+      assert.notInclude(hidden.stdout, "The user greets me")
+    }))
+
+  it.effect("--json prints chunk events per channel then Done; a limit inside the thought ends it cut short", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const json = yield* run(["chat", "-t", "0", "--json", "Hello there"], { env: home.env })
       assert.strictEqual(json.code, 0, json.stderr)
       const events = lines(json.stdout).map((line) => decodeChunk(JSON.parse(line)))
-      const texts = events.filter((e) => e._tag === "Text")
       const done = events.at(-1)!
       assert.strictEqual(done._tag, "Done")
-      assert.strictEqual(texts.length + 1, events.length)
       if (done._tag !== "Done") return
-      assert.strictEqual(done.usage.generatedTokens, 8)
-      assert.strictEqual(texts.reduce((n, t) => n + (t._tag === "Text" ? t.tokens.length : 0), 0), 8)
+      const textIn = (channel: string) => events.map((e) => (e._tag === "Text" && e.channel === channel ? e.text : "")).join("")
+      assert.strictEqual(textIn("thought"), `${thought}\n`)
+      assert.strictEqual(textIn("answer"), `\n\n${answer}`)
+      assert.strictEqual(done.stopReason, "endOfGeneration")
+      // 26 generated tokens: the Text chunks carry all but the two markers.
+      assert.strictEqual(done.usage.generatedTokens, 26)
+      assert.strictEqual(events.reduce((n, e) => n + (e._tag === "Text" ? e.tokens.length : 0), 0), 24)
       assert.isAbove(done.timings.totalMillis, 0)
-      // Greedy: the same prompt gives the same answer in both modes.
-      assert.strictEqual(
-        texts.map((t) => (t._tag === "Text" ? t.text : "")).join("").replace(/[\u0000-\u0008\u000b-\u001f\u007f-\u009f]/g, "?"),
-        text.stdout.slice(0, -1).replace(/[\u2400-\u2421\ufffd]/g, "?")
-      )
+      const cut = yield* run(["chat", "-t", "0", "-n", "8", "Hello there"], { env: home.env })
+      assert.strictEqual(cut.code, 0, cut.stderr)
+      assert.strictEqual(cut.stdout, "[thought] The user greets me; a\n")
+      assert.match(cut.stderr, /^8 tokens · .* · stop: maxTokens \(thought cut short\)\n$/)
     }))
 
   it.effect("interactive chat keeps the conversation: each turn resends the history and reuses the cache", () =>
     Effect.gen(function*() {
       const { home } = yield* TestServer
-      const result = yield* run(["chat", "-t", "0", "-n", "6", "--json"], {
+      const result = yield* run(["chat", "-t", "0", "--json"], {
         env: home.env,
         stdin: "Hello there\nTell me more\n"
       })
@@ -186,11 +218,11 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       assert.strictEqual(first.conversation, second.conversation)
       // The second prompt holds the first turn (user, answer) and the new user turn.
       assert.isAbove(second.usage.promptTokens, first.usage.promptTokens + first.usage.generatedTokens)
-      // The first turn's checkpoint went back with the second turn: the held tokens were reused.
+      // The first turn's checkpoint went back with the second turn: everything it held was reused.
       assert.isDefined(first.checkpoint)
       assert.strictEqual(first.checkpoint!.conversation, first.conversation)
       assert.strictEqual(second.usage.reuse, "continuation")
-      assert.isAbove(second.usage.reusedTokens, first.usage.promptTokens)
+      assert.strictEqual(second.usage.reusedTokens, first.usage.promptTokens + first.usage.generatedTokens)
     }))
 
   it.effect("decide prints labels, probabilities and ranks per head; --json the result", () =>
@@ -235,7 +267,7 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       const listJson = JSON.parse((yield* run(["store", "list", "--json"], { env: home.env })).stdout) as {
         active: Array<{ model: string }>
       }
-      assert.deepStrictEqual(listJson.active.map((a) => a.model).sort(), ["decision", "my-small", "tiny"])
+      assert.deepStrictEqual(listJson.active.map((a) => a.model).sort(), ["my-small", "qwen-chat", "qwen-decision"])
       const verified = yield* run(["store", "verify", pinnedDigests.small], { env: home.env })
       assert.strictEqual(verified.stdout, `ok ${pinnedDigests.small} (5.3 MiB)\n`)
       const again = yield* run(["store", "activate", manifest], { env: home.env })

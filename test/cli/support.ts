@@ -102,3 +102,38 @@ export const runUntil = (
     child.on("close", (code, signal) => resume(Effect.succeed({ code, signal, stdout, stderr })))
     return Effect.sync(() => void child.kill("SIGKILL"))
   })
+
+/** Why commands cannot run in a pseudo-terminal here (util-linux `script` is missing), or undefined. */
+export const terminalUnavailable = ((): string | undefined => {
+  const probe = ChildProcess.spawnSync("script", ["-qec", "true", "/dev/null"], { encoding: "utf8" })
+  if (probe.error !== undefined) return `util-linux script is not available (${probe.error.message})`
+  return probe.status === 0 ? undefined : `script failed: ${probe.stderr.trim()}`
+})()
+
+const shellQuote = (arg: string) => `'${arg.replaceAll("'", `'\\''`)}'`
+
+/**
+ * Runs `nativegen ...args` on a pseudo-terminal (through util-linux `script`), colour allowed, as
+ * a user at a terminal would: stdout and stderr both arrive in `stdout`, with the terminal's CRLF
+ * line ends turned back into LF.
+ */
+export const runInTerminal = (
+  args: ReadonlyArray<string>,
+  options: { readonly env?: Record<string, string> } = {}
+): Effect.Effect<Result> =>
+  Effect.async<Result>((resume) => {
+    const env: NodeJS.ProcessEnv = { ...environment(options.env ?? {}), TERM: "xterm" }
+    delete env.NO_COLOR
+    const command = [process.execPath, bin, ...args].map(shellQuote).join(" ")
+    const child = ChildProcess.spawn("script", ["-qec", command, "/dev/null"], {
+      cwd: projectRoot,
+      env,
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let stdout = ""
+    let stderr = ""
+    child.stdout.setEncoding("utf8").on("data", (s: string) => (stdout += s))
+    child.stderr.setEncoding("utf8").on("data", (s: string) => (stderr += s))
+    child.on("close", (code, signal) => resume(Effect.succeed({ code, signal, stdout: stdout.replaceAll("\r\n", "\n"), stderr })))
+    return Effect.sync(() => void child.kill("SIGKILL"))
+  })

@@ -12,8 +12,11 @@ import { outputState } from "../../src/services/provider/Output.js"
 const special = { thinkOpen: 5, thinkClose: 6, toolOpen: 7, toolClose: 8 }
 const markers: Record<number, string> = { 5: "<think>", 6: "</think>", 7: "<tool_call>", 8: "</tool_call>" }
 
-/** Feeds (token, text) pairs; plain tokens are numbered from 100 with their text. */
-const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string> = []) => {
+/**
+ * Feeds (token, text) pairs; plain tokens are numbered from 100 with their text. `limitReached`:
+ * the output ends at a token limit rather than by the model.
+ */
+const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string> = [], limitReached = false) => {
   const output = outputState(special, stops)
   const chunks: Array<GenerateChunk> = []
   let next = 100
@@ -22,9 +25,9 @@ const run = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string
     const result = output.token(token, typeof piece === "number" ? markers[piece]! : piece)
     if (Either.isLeft(result)) return Either.left(result.left)
     chunks.push(...result.right.chunks)
-    if (result.right.stopped) return Either.right({ chunks, stopped: true })
+    if (result.right.stopped) return Either.right({ chunks, stopped: true, truncated: null })
   }
-  return Either.map(output.finish(), (rest) => ({ chunks: [...chunks, ...rest], stopped: false }))
+  return Either.map(output.finish(limitReached), (end) => ({ chunks: [...chunks, ...end.chunks], stopped: false, truncated: end.truncated }))
 }
 
 /** Text per channel, concatenated in order of appearance. */
@@ -36,16 +39,47 @@ const byChannel = (chunks: ReadonlyArray<GenerateChunk>) => {
 
 describe("generation output: channels and stop strings", () => {
   it("separates thought, answer and tool output; no marker text leaks", () => {
-    const result = Either.getOrThrow(run([5, "let", " me", " think", 6, "The", " answer", 7, "{\"f\":1}", 8, " done"]))
+    const result = Either.getOrThrow(run([5, "let", " me", " think", 6, "The", " answer", 7, "{\"name\":\"f\",", "\"arguments\":{}}", 8, " done"]))
     assert.deepStrictEqual(byChannel(result.chunks), {
       thought: "let me think",
-      answer: "The answer done",
-      tool: "{\"f\":1}"
+      answer: "The answer done"
     })
     for (const c of result.chunks) if (c._tag === "Text") assert.notMatch(c.text, /<\/?(think|tool_call)>/)
     // Every plain token is behind exactly one chunk; markers are behind none.
-    const tokens = result.chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
-    assert.deepStrictEqual(tokens, [100, 101, 102, 103, 104, 105, 106])
+    const tokens = result.chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
+    assert.deepStrictEqual(tokens, [100, 101, 102, 103, 104, 105, 106, 107])
+  })
+
+  it("a tool call is one ToolCall chunk with its parsed arguments, in order between the texts around it", () => {
+    const output = outputState(special, [], (n) => `id-${n}`)
+    const chunks: Array<GenerateChunk> = []
+    let next = 100
+    for (const piece of ["Let me check.", 7, "\n{\"name\": \"get_weather\",", " \"arguments\": {\"city\": \"Paris\"}}\n", 8]) {
+      const token = typeof piece === "number" ? piece : next++
+      chunks.push(...Either.getOrThrow(output.token(token, typeof piece === "number" ? markers[piece]! : piece)).chunks)
+    }
+    chunks.push(...Either.getOrThrow(output.finish(false)).chunks)
+    assert.deepStrictEqual(chunks.map((c) => c._tag), ["Text", "ToolCall"])
+    assert.deepStrictEqual(chunks[1], { _tag: "ToolCall", id: "id-0", name: "get_weather", arguments: { city: "Paris" }, tokens: [101, 102] })
+    assert.isTrue(output.calledTools())
+  })
+
+  it("a malformed tool call is a MalformedToolCall chunk naming its text; the answer after it is kept", () => {
+    const result = Either.getOrThrow(run([7, "{\"name\": \"get_weather\", \"arguments\": {\"city\"", 8, "Sorry", ", no call.", 7, 8]))
+    assert.deepStrictEqual(result.chunks.map((c) => c._tag), ["MalformedToolCall", "Text", "Text", "MalformedToolCall"])
+    const [broken, , , empty] = result.chunks
+    assert(broken?._tag === "MalformedToolCall" && empty?._tag === "MalformedToolCall")
+    assert.strictEqual(broken.text, "{\"name\": \"get_weather\", \"arguments\": {\"city\"")
+    assert.match(broken.reason, /^not JSON/)
+    assert.deepStrictEqual(broken.tokens, [100])
+    assert.deepStrictEqual([empty.text, empty.tokens], ["", []])
+    assert.strictEqual(byChannel(result.chunks).answer, "Sorry, no call.")
+  })
+
+  it("answer text held back for a stop string is released before a tool call opens", () => {
+    const result = Either.getOrThrow(run(["a", " ST", 7, "{\"name\":\"f\"}", 8, "b"], ["STOP"]))
+    const texts = result.chunks.map((c) => (c._tag === "Text" ? c.text : `|${c._tag}|`)).join("")
+    assert.strictEqual(texts, "a ST|ToolCall|b")
   })
 
   it("rejects an unmatched closer, a nested opener and an unterminated channel with a typed error", () => {
@@ -80,5 +114,27 @@ describe("generation output: channels and stop strings", () => {
     assert.deepStrictEqual(byChannel(result.chunks), { answer: "a STb", thought: "STOP inside thought" })
     // "a", " " (the "ST" that could start "STOP" is held), then "ST" released as the thought opens.
     assert.deepStrictEqual(result.chunks.map((c) => (c._tag === "Text" ? c.channel : c._tag)), ["answer", "answer", "answer", "thought", "answer"])
+  })
+
+  it("a token limit inside the thought or tool channel cuts it: its text is delivered and the channel named, no error", () => {
+    const thought = Either.getOrThrow(run(["a", 5, "let", " me"], [], true))
+    assert.deepStrictEqual(byChannel(thought.chunks), { answer: "a", thought: "let me" })
+    assert.strictEqual(thought.truncated, "thought")
+    const tool = Either.getOrThrow(run([7, "{\"na"], [], true))
+    // A call cut short is given as it stands: a MalformedToolCall naming its text.
+    assert.deepStrictEqual(
+      [tool.chunks.map((c) => (c._tag === "MalformedToolCall" ? c.text : c._tag)), tool.truncated],
+      [["{\"na"], "tool"]
+    )
+    const answer = Either.getOrThrow(run([5, "x", 6, "y"], [], true))
+    assert.strictEqual(answer.truncated, null)
+    // The model ending its output with the channel open is still malformed, and a malformed
+    // boundary before the limit stays malformed at the limit.
+    const ended = run(["a", 5, "let"], [], false)
+    if (Either.isLeft(ended)) assert.strictEqual(ended.left.reason, "unterminated")
+    else assert.fail("unterminated channel accepted at the end of generation")
+    const malformed = run(["a", 6, "b"], [], true)
+    if (Either.isLeft(malformed)) assert.strictEqual(malformed.left.reason, "unmatchedCloser")
+    else assert.fail("unmatched closer accepted")
   })
 })

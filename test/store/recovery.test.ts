@@ -114,8 +114,8 @@ describe("trust changes (item 4)", () => {
       assert.isTrue(report.models.every((m) => m.alreadyActive))
       // Same manifests, same digests: nothing journaled, the stored envelopes now verify again.
       assert.strictEqual(Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8"), journal)
-      assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests.tiny)
-      assert.strictEqual((yield* store.active({ role: "decision" })).artifacts[0]!.digest, pinnedDigests.decision)
+      assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests["qwen-chat"])
+      assert.strictEqual((yield* store.active({ role: "decision" })).artifacts[0]!.digest, pinnedDigests["qwen-decision"])
       assert.deepStrictEqual((yield* store.list).passedOver, [])
     }), { timeout: 30_000 })
 
@@ -124,8 +124,8 @@ describe("trust changes (item 4)", () => {
       const { newSeed, root } = yield* resignedAfterImport
       const store = yield* seeded(root, newSeed)
       assert.deepStrictEqual(describeCandidates(yield* store.candidates("generation")), [
-        "passed over tiny r1: UnknownKey",
-        "tiny r1 (seed)"
+        "passed over qwen-chat r1: UnknownKey",
+        "qwen-chat r1 (seed)"
       ])
     }), { timeout: 30_000 })
 
@@ -156,14 +156,14 @@ describe("the seed key's scope (item 5)", () => {
       assert.strictEqual(other._tag, "KeyNotAllowed")
       assert.strictEqual(
         other.message,
-        `key ${seedKey.keyId} may sign only decision (decision), tiny (generation); refusing evil (generation)`
+        `key ${seedKey.keyId} may sign only qwen-chat (generation), qwen-decision (decision); refusing evil (generation)`
       )
-      const otherRole = yield* Effect.flip(store.activate(envelope(seedKey, manifestOf("tiny", 2, [artifact], { role: "decision" }))))
+      const otherRole = yield* Effect.flip(store.activate(envelope(seedKey, manifestOf("qwen-chat", 2, [artifact], { role: "decision" }))))
       assert.strictEqual(otherRole._tag, "KeyNotAllowed")
       assert.isFalse(Fs.existsSync(Path.join(store.root, "journal.jsonl")))
       // Its own model and role: accepted.
-      const own = yield* store.activate(envelope(seedKey, manifestOf("tiny", 2, [artifact])))
-      assert.strictEqual(own.model, "tiny")
+      const own = yield* store.activate(envelope(seedKey, manifestOf("qwen-chat", 2, [artifact])))
+      assert.strictEqual(own.model, "qwen-chat")
       // Trusted explicitly, the same key is not limited.
       const explicit = yield* seeded(Path.join(dir, "explicit"), seedDir, [seedKey])
       const staged = yield* artifactIn(explicit, "evil")
@@ -188,20 +188,20 @@ describe("seed activation (item 6)", () => {
       const store = yield* seeded(root, resignedSeed(dir, seedKey, 2), [user])
       const journal = Fs.readFileSync(Path.join(root, "journal.jsonl"), "utf8").split("\n").length
       const report = yield* store.importSeed
-      assert.deepStrictEqual(report.models.map((m) => [m.model, m.revision, m.alreadyActive]), [["decision", 2, false]])
+      assert.deepStrictEqual(report.models.map((m) => [m.model, m.revision, m.alreadyActive]), [["qwen-decision", 2, false]])
       assert.deepStrictEqual(report.staged.map((s) => [s.model, s.revision, s.reason]), [
-        ["tiny", 2, "generation has an activation of mine (revision 1, journal line 3)"]
+        ["qwen-chat", 2, "generation has an activation of mine (revision 1, journal line 3)"]
       ])
       assert.strictEqual(Fs.readFileSync(Path.join(root, "journal.jsonl"), "utf8").split("\n").length, journal + 1)
       assert.strictEqual((yield* store.active({ role: "generation" })).model, "mine")
       assert.strictEqual((yield* store.active({ role: "decision" })).revision, 2)
       // Staged and available: the seed's blob verifies, and the seed is the role's last candidate.
-      yield* store.verify(pinnedDigests.tiny)
-      assert.deepStrictEqual(describeCandidates(yield* store.candidates("generation")), ["mine r1", "tiny r1", "tiny r2 (seed)"])
+      yield* store.verify(pinnedDigests["qwen-chat"])
+      assert.deepStrictEqual(describeCandidates(yield* store.candidates("generation")), ["mine r1", "qwen-chat r1", "qwen-chat r2 (seed)"])
       // An explicit activation still takes it.
-      const file = Path.join(resignedSeed(dir, seedKey, 2), "tiny.manifest.json")
+      const file = Path.join(resignedSeed(dir, seedKey, 2), "qwen-chat.manifest.json")
       assert.strictEqual((yield* store.activate(Fs.readFileSync(file))).revision, 2)
-      assert.strictEqual((yield* store.active({ role: "generation" })).model, "tiny")
+      assert.strictEqual((yield* store.active({ role: "generation" })).model, "qwen-chat")
     }), { timeout: 30_000 })
 
   it.scoped("a seed older than the active revision of its model is staged, not a failure", () =>
@@ -214,8 +214,8 @@ describe("seed activation (item 6)", () => {
       const report = yield* store.importSeed.pipe(quiet)
       assert.deepStrictEqual(report.models, [])
       assert.deepStrictEqual(report.staged.map((s) => [s.model, s.reason]), [
-        ["decision", "refusing rollback of decision on cpu: active revision 3, offered 2"],
-        ["tiny", "refusing rollback of tiny on cpu: active revision 3, offered 2"]
+        ["qwen-chat", "refusing rollback of qwen-chat on cpu: active revision 3, offered 2"],
+        ["qwen-decision", "refusing rollback of qwen-decision on cpu: active revision 3, offered 2"]
       ])
       assert.strictEqual((yield* store.active({ role: "generation" })).revision, 3)
     }), { timeout: 30_000 })

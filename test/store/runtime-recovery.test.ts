@@ -66,13 +66,13 @@ describe("store-backed runtime start", () => {
       const root = Path.join(dir, "store")
       const kept = makeKey()
       const removed = makeKey()
-      const seedTiny = yield* Effect.scoped(Effect.gen(function*() {
+      const seedChat = yield* Effect.scoped(Effect.gen(function*() {
         const store = yield* makeStore(root, [kept, removed], { trustSeedKey: true, seed: Seed.packaged })
         yield* store.importSeed
-        const tiny = yield* store.active({ model: "tiny" })
+        const active = yield* store.active({ model: "qwen-chat" })
         yield* activateFile(store, removed, "untrusted", "generation", ensureModel("tiny"))
         yield* activateFile(store, kept, "broken", "generation", unknownArchitecture(dir))
-        return tiny
+        return active
       }))
       // Started without the removed key: broken (newest) does not load, untrusted is passed over.
       const context = yield* Layer.build(Runtime.layer(runtimeOptions(root, [kept], true))).pipe(quiet)
@@ -80,12 +80,12 @@ describe("store-backed runtime start", () => {
       const readiness = yield* provider.readiness
       assert.strictEqual(readiness.state, "ready")
       const generation = readiness.roles.find((r) => r.role === "generation")!
-      assert.strictEqual(generation.manifestDigest, seedTiny.manifestDigest)
+      assert.strictEqual(generation.manifestDigest, seedChat.manifestDigest)
       assert.deepStrictEqual(readiness.recoveryActions.map((a) => [a.kind, a.outcome]), [["load", "fell-back"], ["trust", "fell-back"]])
       const [load, trust] = readiness.recoveryActions
-      assert.match(load!.reason, /^broken revision 1 did not load for generation: .*; generation falls back to tiny revision 1$/)
+      assert.match(load!.reason, /^broken revision 1 did not load for generation: .*; generation falls back to qwen-chat revision 1$/)
       assert.include(load!.reason, "cannot load model")
-      assert.match(trust!.reason, /^untrusted revision 1 \(journal line 3\) passed over: manifest signed by unknown key ed25519:[0-9a-f]{16}; generation falls back to tiny revision 1$/)
+      assert.match(trust!.reason, /^untrusted revision 1 \(journal line 3\) passed over: manifest signed by unknown key ed25519:[0-9a-f]{16}; generation falls back to qwen-chat revision 1$/)
       // Real inference on the model it fell back to.
       const chunks = yield* Stream.runCollect(provider.generate({
         messages: [{ role: "user", content: "hello" }],

@@ -31,15 +31,15 @@ const seedStore = (root: string, dir: string, materialize = Seed.generate) =>
   makeStore(root, [], { trustSeedKey: true, seed: { dir, materialize } })
 
 describe("packaged seed (case 10)", () => {
-  it.scoped("ships signed manifests for tiny (generation) and decision (decision) and the key, never the private key", () =>
+  it.scoped("ships signed manifests for qwen-chat (generation) and qwen-decision (decision) and the key, never the private key", () =>
     Effect.gen(function*() {
-      assert.deepStrictEqual(Fs.readdirSync(seedDir).sort(), ["decision.manifest.json", "seed.pub", "tiny.manifest.json"])
+      assert.deepStrictEqual(Fs.readdirSync(seedDir).sort(), ["qwen-chat.manifest.json", "qwen-decision.manifest.json", "seed.pub"])
       const tracked = Fs.readdirSync(Path.join(projectRoot, "fixtures"), { recursive: true }).map(String)
       assert.isFalse(tracked.some((f) => f.endsWith(".key")), "no private key under fixtures/")
-      const tiny = JSON.parse(Fs.readFileSync(Path.join(seedDir, "tiny.manifest.json"), "utf8"))
-      assert.strictEqual(tiny.manifest.artifacts[0].digest, pinnedDigests.tiny)
-      const decision = JSON.parse(Fs.readFileSync(Path.join(seedDir, "decision.manifest.json"), "utf8"))
-      assert.strictEqual(decision.manifest.artifacts[0].digest, pinnedDigests.decision)
+      const chat = JSON.parse(Fs.readFileSync(Path.join(seedDir, "qwen-chat.manifest.json"), "utf8"))
+      assert.strictEqual(chat.manifest.artifacts[0].digest, pinnedDigests["qwen-chat"])
+      const decision = JSON.parse(Fs.readFileSync(Path.join(seedDir, "qwen-decision.manifest.json"), "utf8"))
+      assert.strictEqual(decision.manifest.artifacts[0].digest, pinnedDigests["qwen-decision"])
       assert.strictEqual(decision.manifest.role, "decision")
     }))
 
@@ -49,13 +49,13 @@ describe("packaged seed (case 10)", () => {
       const store = yield* seedStore(Path.join(dir, "store"), seedDir)
       const report = yield* store.importSeed
       assert.deepStrictEqual(report.models.map((m) => [m.model, m.role, m.alreadyActive]), [
-        ["decision", "decision", false],
-        ["tiny", "generation", false]
+        ["qwen-chat", "generation", false],
+        ["qwen-decision", "decision", false]
       ])
       const generation = yield* store.active({ role: "generation" })
       const decision = yield* store.active({ role: "decision" })
-      assert.strictEqual(generation.artifacts[0]!.digest, pinnedDigests.tiny)
-      assert.strictEqual(decision.artifacts[0]!.digest, pinnedDigests.decision)
+      assert.strictEqual(generation.artifacts[0]!.digest, pinnedDigests["qwen-chat"])
+      assert.strictEqual(decision.artifacts[0]!.digest, pinnedDigests["qwen-decision"])
       yield* store.verify(generation.artifacts[0]!.digest)
       const journal = Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8")
       const again = yield* store.importSeed
@@ -70,10 +70,10 @@ describe("packaged seed (case 10)", () => {
       const dir = yield* tempDir
       const store = yield* seedStore(Path.join(dir, "store"), seedDir)
       yield* store.importSeed
-      const tiny = (yield* store.active({ model: "tiny" })).artifacts[0]!.path
-      const decision = (yield* store.active({ model: "decision" })).artifacts[0]!.path
-      Fs.chmodSync(tiny, 0o644)
-      const fd = Fs.openSync(tiny, "r+")
+      const chat = (yield* store.active({ model: "qwen-chat" })).artifacts[0]!.path
+      const decision = (yield* store.active({ model: "qwen-decision" })).artifacts[0]!.path
+      Fs.chmodSync(chat, 0o644)
+      const fd = Fs.openSync(chat, "r+")
       Fs.writeSync(fd, Buffer.from([0x5a]), 0, 1, 4242)
       Fs.closeSync(fd)
       Fs.rmSync(decision)
@@ -82,8 +82,8 @@ describe("packaged seed (case 10)", () => {
       assert.isTrue(report.models.every((m) => m.alreadyActive))
       assert.strictEqual(Fs.readFileSync(Path.join(store.root, "journal.jsonl"), "utf8"), journal)
       assert.strictEqual(filesUnder(Path.join(store.root, "quarantine")).length, 1)
-      yield* store.verify(pinnedDigests.tiny)
-      yield* store.verify(pinnedDigests.decision)
+      yield* store.verify(pinnedDigests["qwen-chat"])
+      yield* store.verify(pinnedDigests["qwen-decision"])
     }))
 
   it.scoped("layerSeeded is ready with both roles active", () =>
@@ -96,20 +96,20 @@ describe("packaged seed (case 10)", () => {
         Effect.flatMap(Store.Store, (store) => Effect.all([store.active({ role: "generation" }), store.active({ role: "decision" })])),
         layer
       )
-      assert.deepStrictEqual(roles.map((a) => a.model), ["tiny", "decision"])
+      assert.deepStrictEqual(roles.map((a) => a.model), ["qwen-chat", "qwen-decision"])
     }))
 
   it.scoped("a tampered seed manifest fails closed", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir
       const copy = copySeed(dir)
-      const file = Path.join(copy, "tiny.manifest.json")
+      const file = Path.join(copy, "qwen-chat.manifest.json")
       Fs.writeFileSync(file, Fs.readFileSync(file, "utf8").replace(`"revision":1`, `"revision":9`))
       const store = yield* seedStore(Path.join(dir, "store"), copy)
       const error = yield* Effect.flip(store.importSeed)
       assert.strictEqual(error._tag, "BadSignature")
-      const tiny = yield* Effect.exit(store.active({ model: "tiny" }))
-      assert.isTrue(Exit.isFailure(tiny))
+      const chat = yield* Effect.exit(store.active({ model: "qwen-chat" }))
+      assert.isTrue(Exit.isFailure(chat))
     }))
 
   it.scoped("tampered model bytes fail closed with nothing published; the next import with good bytes succeeds", () =>
@@ -136,7 +136,7 @@ describe("packaged seed (case 10)", () => {
       }))
       const store = yield* seedStore(root, seedDir)
       yield* store.importSeed
-      assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests.tiny)
+      assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests["qwen-chat"])
     }))
 
   it.scoped("an untrusted seed key is refused, naming the key", () =>
@@ -163,8 +163,8 @@ describe("packaged seed (case 10)", () => {
           const store = yield* seedStore(Path.join(dir, step), seedDir)
           const report = yield* store.importSeed
           assert.strictEqual(report.models.length, 2, step)
-          assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests.tiny, step)
-          assert.strictEqual((yield* store.active({ role: "decision" })).artifacts[0]!.digest, pinnedDigests.decision, step)
+          assert.strictEqual((yield* store.active({ role: "generation" })).artifacts[0]!.digest, pinnedDigests["qwen-chat"], step)
+          assert.strictEqual((yield* store.active({ role: "decision" })).artifacts[0]!.digest, pinnedDigests["qwen-decision"], step)
           assert.deepStrictEqual(filesUnder(Path.join(store.root, "staging")), [], step)
         })).pipe(Logger.withMinimumLogLevel(LogLevel.Error))
       }

@@ -40,16 +40,15 @@ export interface Residents {
 }
 
 /**
- * The model's single-token id for a special text, or null where the text is not one special token:
- * a control token, or an added user-defined one (Qwen3's `<think>` and `<tool_call>` are these,
- * and print as their text).
+ * The model's single-token id for a marker text, or null where the text is not one added token: a
+ * control token, or a user-defined one (Qwen3's `<think>` and `<tool_call>` are added tokens that
+ * are not special, so they detokenize as their text).
  */
 const specialToken = (model: LlamaModel, text: string): number | null => {
   const tokens = model.tokenize(text, true)
-  const token = tokens[0]
-  if (tokens.length !== 1 || token === undefined) return null
-  const attributes = model.getTokenAttributes(token)
-  return attributes.control || attributes.userDefined || model.detokenize(tokens, false) === "" ? token : null
+  if (tokens.length !== 1) return null
+  const attributes = model.getTokenAttributes(tokens[0]!)
+  return attributes.control || attributes.userDefined ? tokens[0]! : null
 }
 
 export const make = (native: Native, failpoints: Failpoints | undefined): Effect.Effect<Residents, never, Scope.Scope> =>

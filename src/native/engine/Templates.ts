@@ -3,12 +3,17 @@
  * @huggingface/jinja, and a chat rendered through it as text or as the model's tokens (with BOS
  * where the model wants one). A model without a template, or with one that does not parse, still
  * loads; only rendering refuses.
+ *
+ * The template sees the variables Hugging Face chat templates are written against: `messages`
+ * (assistant `reasoning_content` and `tool_calls`, tool `tool_call_id`), `tools` in the OpenAI
+ * shape, `enable_thinking` when the request sets it, `add_generation_prompt`, and empty BOS/EOS
+ * (the tokenizer adds BOS where the model wants one).
  */
 import { Template } from "@huggingface/jinja"
 import * as Effect from "effect/Effect"
 import type { LlamaModel } from "node-llama-cpp"
 import { type InvalidEngineRequest, TemplateError } from "../../domain/EngineError.js"
-import type { ChatMessage, Role } from "../Protocol.js"
+import type { ChatMessage, Role, TemplateInputs, ToolDefinition } from "../Protocol.js"
 import { invalid, reasonOf } from "./Checks.js"
 
 /** A model's chat template: parsed, or why it does not parse (a model can be used without one). */
@@ -26,6 +31,45 @@ export const parseTemplate = (source: unknown): ChatTemplate | undefined => {
   }
 }
 
+/** A message as templates read it (snake_case keys; absent fields stay undefined, not null). */
+export const templateMessage = (message: ChatMessage): Record<string, unknown> => ({
+  role: message.role,
+  content: message.content,
+  ...(message.reasoning === undefined ? {} : { reasoning_content: message.reasoning }),
+  ...(message.toolCalls === undefined || message.toolCalls.length === 0 ? {} : {
+    tool_calls: message.toolCalls.map((call) => ({
+      type: "function",
+      ...(call.id === undefined ? {} : { id: call.id }),
+      function: { name: call.name, arguments: call.arguments }
+    }))
+  }),
+  ...(message.toolCallId === undefined ? {} : { tool_call_id: message.toolCallId })
+})
+
+/** A tool in the OpenAI shape (`{type: "function", function: {name, description, parameters}}`). */
+export const templateTool = (tool: ToolDefinition): Record<string, unknown> => ({
+  type: "function",
+  function: {
+    name: tool.name,
+    ...(tool.description === undefined ? {} : { description: tool.description }),
+    parameters: tool.parameters
+  }
+})
+
+/** The variables a chat template renders with. No tools is no `tools` (templates test `if tools`). */
+export const templateVariables = (
+  messages: ReadonlyArray<ChatMessage>,
+  addGenerationPrompt: boolean,
+  inputs: TemplateInputs = {}
+): Record<string, unknown> => ({
+  messages: messages.map(templateMessage),
+  add_generation_prompt: addGenerationPrompt,
+  bos_token: "",
+  eos_token: "",
+  ...(inputs.tools === undefined || inputs.tools.length === 0 ? {} : { tools: inputs.tools.map(templateTool) }),
+  ...(inputs.thinking === undefined ? {} : { enable_thinking: inputs.thinking })
+})
+
 /** What rendering needs of a loaded model. */
 export interface Templated {
   readonly model: LlamaModel
@@ -38,7 +82,8 @@ export const renderText = (
   role: Role,
   loaded: Templated,
   messages: ReadonlyArray<ChatMessage>,
-  addGenerationPrompt: boolean
+  addGenerationPrompt: boolean,
+  inputs: TemplateInputs = {}
 ): Effect.Effect<string, InvalidEngineRequest | TemplateError> =>
   Effect.gen(function*() {
     if (messages.length === 0) return yield* Effect.fail(invalid("messages", [], "at least one message is needed"))
@@ -52,13 +97,7 @@ export const renderText = (
     // A real template can raise (`raise_exception`) or use a value it was not given: the
     // request's fault, reported with the template's own message.
     return yield* Effect.try({
-      try: () =>
-        template.template.render({
-          messages: messages.map((m) => ({ role: m.role, content: m.content })),
-          add_generation_prompt: addGenerationPrompt,
-          bos_token: "",
-          eos_token: ""
-        }),
+      try: () => template.template.render(templateVariables(messages, addGenerationPrompt, inputs)),
       catch: (cause) => new TemplateError({ role, modelPath: loaded.modelPath, reason: reasonOf(cause) })
     })
   })
@@ -68,9 +107,10 @@ export const render = (
   role: Role,
   loaded: Templated,
   messages: ReadonlyArray<ChatMessage>,
-  addGenerationPrompt: boolean
+  addGenerationPrompt: boolean,
+  inputs: TemplateInputs = {}
 ): Effect.Effect<ReadonlyArray<number>, InvalidEngineRequest | TemplateError> =>
-  Effect.map(renderText(role, loaded, messages, addGenerationPrompt), (text) => {
+  Effect.map(renderText(role, loaded, messages, addGenerationPrompt, inputs), (text) => {
     const body = loaded.model.tokenize(text, true)
     const bos = loaded.model.tokens.bos
     return (bos !== null && loaded.model.tokens.shouldPrependBosToken ? [bos, ...body] : body) as ReadonlyArray<number>

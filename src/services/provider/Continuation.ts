@@ -1,12 +1,10 @@
 /**
  * The prompt of a conversation's next turn as an exact extension of what its sequence holds. The
  * held tokens (previous prompt and output, as the model produced them) are kept as they are;
- * after them comes the text the template puts after the last assistant message's content in the
- * whole chat (the closing of the assistant turn, then the new turn). That text is found by
- * rendering the chat with a probe standing in for that content, so any template works, also one
- * that renders earlier turns differently once a new turn follows (Qwen3 drops a thought block
- * and strips the answer's leading newlines), and retokenizing the model's output (which need not
- * give back the same tokens) never happens.
+ * after them come the template's text that closes the assistant turn and the new turn's text,
+ * both found by rendering through the model's own template and taking differences, so any
+ * template that renders turns one after another works, and retokenizing the model's output (which
+ * need not give back the same tokens) never happens.
  */
 import type { ChatMessage } from "../../domain/Inference.js"
 
@@ -28,19 +26,31 @@ export const standInHistory: ReadonlyArray<ChatMessage> = [
   { role: "assistant", content: "." }
 ]
 
-/** Stands in for the last assistant message's content; what the template prints after it is new. */
-const probe = "\u0000nativegen-assistant-content\u0000"
+export interface RenderedTexts {
+  /** The history without its last (assistant) message, with the assistant prompt. */
+  readonly assistantPrompt: string
+  /** The history, without a generation prompt. */
+  readonly history: string
+  /** History and turn, with the assistant prompt. */
+  readonly full: string
+}
 
-/** History and turn, the history's last (assistant) message's content replaced by the probe. */
-export const probeChat = (history: ReadonlyArray<ChatMessage>, turn: ReadonlyArray<ChatMessage>): ReadonlyArray<ChatMessage> => [
-  ...history.map((m, i) => (i === history.length - 1 ? { ...m, content: probe } : m)),
-  ...turn
-]
-
-/** The text after the probe in the rendered `probeChat` (with the assistant prompt); a failure says why not. */
-export const continuationText = (rendered: string): { readonly text: string } | { readonly failure: string } => {
-  const at = rendered.lastIndexOf(probe)
-  return at < 0
-    ? { failure: "the template does not render the last assistant message's content" }
-    : { text: rendered.slice(at + probe.length) }
+/**
+ * The closing text of the assistant turn and the new turn's text; a string says why not. Both
+ * come from the full render (history and turn), where the assistant message is rendered as a
+ * message with a turn after it: some templates render the last message of a history differently
+ * (Qwen3 gives it an empty thought block), so the history rendered alone only says where the
+ * assistant turn's close ends, when it renders the same way.
+ */
+export const continuationTexts = (
+  texts: RenderedTexts,
+  assistantContent: string
+): { readonly closing: string; readonly turn: string } | string => {
+  if (!texts.full.startsWith(texts.assistantPrompt)) return "the template does not render the assistant turn after its prompt"
+  const reply = texts.full.slice(texts.assistantPrompt.length)
+  if (!reply.startsWith(assistantContent)) return "the template changes the assistant's content"
+  const after = reply.slice(assistantContent.length)
+  const contentEnd = texts.assistantPrompt.length + assistantContent.length
+  const closingLength = texts.full.startsWith(texts.history) && texts.history.length >= contentEnd ? texts.history.length - contentEnd : 0
+  return { closing: after.slice(0, closingLength), turn: after.slice(closingLength) }
 }

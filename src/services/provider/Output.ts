@@ -3,11 +3,18 @@
  * tool; a malformed boundary is a typed error), stop strings end the answer (the stop string is
  * never emitted; see StopStrings.ts), and each Text chunk carries the tokens behind its text.
  * Stop strings apply to the answer channel only: thought and tool output pass through whole.
+ * A token limit that ends the output inside the thought or tool channel cuts it (reported with
+ * the channel), it does not make it malformed.
+ * The tool channel is not streamed as text: each closed `<tool_call>` becomes one ToolCall chunk
+ * (name and parsed arguments) or, when its text is not a call, one MalformedToolCall chunk naming
+ * the text, and the output goes on (see ToolCalls.ts). A call cut by the token limit is given as
+ * it stands: a MalformedToolCall unless its text already parses.
  */
 import * as Either from "effect/Either"
 import type { Channel, GenerateChunk } from "../../domain/Inference.js"
 import * as ChannelDecoder from "../ChannelDecoder.js"
 import * as StopStrings from "./StopStrings.js"
+import { parseToolCall } from "./ToolCalls.js"
 
 /** A token's id and, when asked for, its probability. */
 interface Scored {
@@ -15,12 +22,34 @@ interface Scored {
   readonly probability: number | undefined
 }
 
-/** Per-generation output state: channels, stop strings, the tokens behind text not yet emitted. */
-export const outputState = (special: ChannelDecoder.ChannelTokens, stops: ReadonlyArray<string>) => {
+/**
+ * Per-generation output state: channels, stop strings, the tokens behind text not yet emitted, the
+ * tool call being read. `toolCallId` names the n-th tool call (from 0).
+ */
+export const outputState = (
+  special: ChannelDecoder.ChannelTokens,
+  stops: ReadonlyArray<string>,
+  toolCallId: (n: number) => string = (n) => `call-${n}`
+) => {
   const decoder = ChannelDecoder.make(special)
   const matcher = StopStrings.make(stops)
   let pending: Array<Scored> = []
   let lastChannel: Channel = "answer"
+  /** The text and tokens of the open tool call. */
+  let call = { text: "", tokens: [] as Array<number> }
+  /** Well-formed tool calls so far. */
+  let calls = 0
+
+  const closeCall = (): GenerateChunk => {
+    const { text: callText, tokens } = call
+    call = { text: "", tokens: [] }
+    return Either.match(parseToolCall(callText), {
+      onLeft: (reason): GenerateChunk => ({ _tag: "MalformedToolCall", text: callText, reason, tokens }),
+      onRight: (parsed): GenerateChunk => {
+        return { _tag: "ToolCall", id: toolCallId(calls++), name: parsed.name, arguments: parsed.arguments, tokens }
+      }
+    })
+  }
   const text = (channel: Channel, value: string, scored: ReadonlyArray<Scored>): ReadonlyArray<GenerateChunk> => {
     if (value.length === 0 && scored.length === 0) return []
     const probabilities = scored.flatMap((s) => (s.probability === undefined ? [] : [s.probability]))
@@ -52,7 +81,10 @@ export const outputState = (special: ChannelDecoder.ChannelTokens, stops: Readon
         const chunks: Array<GenerateChunk> = []
         for (const piece of pieces) {
           const scored = piece.tokens.map((t) => ({ token: t, probability }))
-          if (piece.channel !== "answer") {
+          if (piece.channel === "tool") {
+            call.text += piece.text
+            call.tokens.push(...piece.tokens)
+          } else if (piece.channel !== "answer") {
             if (lastChannel === "answer") chunks.push(...flushAnswer())
             chunks.push(...text(piece.channel, piece.text, scored))
           } else {
@@ -66,9 +98,31 @@ export const outputState = (special: ChannelDecoder.ChannelTokens, stops: Readon
           }
           lastChannel = piece.channel
         }
+        // Markers yield no pieces: a tool call opens and closes with its marker tokens.
+        const channel = decoder.channel()
+        if (channel === "tool" && lastChannel !== "tool") {
+          if (lastChannel === "answer") chunks.push(...flushAnswer())
+          lastChannel = "tool"
+        } else if (channel !== "tool" && lastChannel === "tool") {
+          chunks.push(closeCall())
+          lastChannel = channel
+        }
         return { chunks, stopped: false }
       }),
-    finish: (): Either.Either<ReadonlyArray<GenerateChunk>, ChannelDecoder.MalformedChannel> =>
-      Either.map(decoder.finish(), () => flushAnswer())
+    /** Whether the output holds a well-formed tool call (the turn then ends with `toolCalls`). */
+    calledTools: (): boolean => calls > 0,
+    /**
+     * The end of the output: the held-back answer text, and the channel a token limit cut (null
+     * when none). When the model ended its output itself, a channel still open is malformed.
+     */
+    finish: (
+      limitReached: boolean
+    ): Either.Either<{ chunks: ReadonlyArray<GenerateChunk>; truncated: ChannelDecoder.OpenChannel | null }, ChannelDecoder.MalformedChannel> =>
+      limitReached
+        ? Either.map(decoder.truncate(), (truncated) => ({
+          chunks: truncated === "tool" ? [closeCall()] : flushAnswer(),
+          truncated
+        }))
+        : Either.map(decoder.finish(), () => ({ chunks: flushAnswer(), truncated: null }))
   }
 }

@@ -1,0 +1,112 @@
+/**
+ * A generation on the supervised child, as a stream: Begin on the ready child, Advance through the
+ * guarded stream, End when the caller lets go. A child failure before the first token reached the
+ * caller runs the generation again on the replacement (once); after that it fails with
+ * GenerationFailed saying how many tokens were delivered, so no token is ever delivered twice.
+ */
+import * as Effect from "effect/Effect"
+import * as Stream from "effect/Stream"
+import * as Crypto from "node:crypto"
+import { type EngineError, type EngineUnavailable, GenerationFailed } from "../../domain/EngineError.js"
+import type { AdvanceEvent, Lane, Sampling } from "../../native/Protocol.js"
+import { guarded, guardedStream, retryOnce, unavailable } from "./ChildFaults.js"
+import type { Incarnation } from "./Incarnation.js"
+import type { NativeWorkerConfigShape } from "./NativeWorkerConfig.js"
+import type { Supervisor } from "./Supervisor.js"
+
+export interface GenerateRequest {
+  readonly prompt: ReadonlyArray<number>
+  readonly maxTokens: number
+  readonly sampling: Sampling
+  readonly stopTokens?: ReadonlyArray<number> | undefined
+  /** The generation-role sequence (slot) to run on. Default 0. */
+  readonly sequence?: number | undefined
+  /** The lane its steps queue in at the engine's step gate. Default foreground. */
+  readonly lane?: Lane | undefined
+  /** Only prefill the prompt into the sequence (preparation); nothing is sampled. */
+  readonly prefillOnly?: boolean | undefined
+  /** Report each sampled token's probability on its Token event. */
+  readonly confidence?: boolean | undefined
+  /**
+   * Reuse only whole prefill chunks of the cached prefix: the rest is prefilled in the same batches
+   * as a cold run, so probabilities are bit-identical to it when the kept part was prefilled too.
+   */
+  readonly reuseOnGrid?: boolean | undefined
+}
+
+/**
+ * A generation's events. `Started` comes first; when the child fails before the first token was
+ * delivered, the generation starts again on the replacement and `Started` (with that child's
+ * reuse) comes once more, followed by its Prefilled and Token events from the beginning.
+ */
+export type GenerationEvent = AdvanceEvent | { readonly _tag: "Started"; readonly reusedTokens: number }
+
+export type GenerationError = EngineError | EngineUnavailable | GenerationFailed
+
+/** Streams a generation on the supervisor's ready child. */
+export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) => {
+  /** One attempt; `mayRetry`: a failure before the first token starts it again (once). */
+  const generation = (request: GenerateRequest, mayRetry: boolean): Stream.Stream<GenerationEvent, GenerationError> =>
+    Stream.unwrapScoped(
+      Effect.gen(function*() {
+        const generationId = Crypto.randomUUID()
+        // End is registered before Begin is sent: a caller interrupted while Begin is in flight
+        // still ends it (the child remembers an End that overtakes its Begin). A child that was
+        // replaced meanwhile took the generation with it.
+        let begunOn: Incarnation | undefined
+        yield* Effect.addFinalizer(() =>
+          Effect.suspend(() => {
+            const incarnation = begunOn
+            if (incarnation === undefined) return Effect.void
+            return Effect.flatMap(supervisor.isCurrent(incarnation), (current) =>
+              current
+                ? Effect.ignore(guarded(incarnation.child, incarnation.child.client.End({ generationId }), config.stepDeadline))
+                : Effect.void)
+          })
+        )
+        const { incarnation, reusedTokens } = yield* unavailable(retryOnce(supervisor.onReady((incarnation) =>
+          Effect.zipRight(
+            Effect.sync(() => {
+              begunOn = incarnation
+            }),
+            incarnation.child.client.Begin({
+              generationId,
+              lane: request.lane ?? "foreground",
+              sequence: request.sequence ?? 0,
+              prompt: request.prompt,
+              sampling: request.sampling,
+              maxTokens: request.maxTokens,
+              stopTokens: request.stopTokens ?? [],
+              prefillChunk: config.prefillChunk,
+              prefillOnly: request.prefillOnly,
+              confidence: request.confidence,
+              reuseOnGrid: request.reuseOnGrid
+            }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
+          )
+        )))
+        let delivered = 0
+        const steps = guardedStream(
+          incarnation.child,
+          incarnation.child.client.Advance({ generationId, fromIndex: 0 }),
+          config.stepDeadline,
+          (failure): Stream.Stream<GenerationEvent, GenerationError> => {
+            const repair = supervisor.onFailure(incarnation, failure)
+            // Nothing reached the caller yet: start again on the replacement (which waits for it).
+            if (mayRetry && delivered === 0) return Stream.unwrap(Effect.as(repair, generation(request, false)))
+            return Stream.fromEffect(
+              Effect.zipRight(repair, Effect.fail(new GenerationFailed({ deliveredTokens: delivered, reason: failure.reason })))
+            )
+          }
+        ).pipe(
+          Stream.tap((e) =>
+            Effect.sync(() => {
+              if (e._tag === "Token") delivered++
+            })
+          )
+        )
+        return Stream.concat(Stream.make<Array<GenerationEvent>>({ _tag: "Started", reusedTokens }), steps)
+      })
+    )
+
+  return (request: GenerateRequest) => generation(request, true)
+}
