@@ -181,6 +181,8 @@ export interface GenerateRequest {
    * as a cold run, so probabilities are bit-identical to it when the kept part was prefilled too.
    */
   readonly reuseOnGrid?: boolean | undefined
+  /** Sample under the grammar of this JSON schema (its JSON text): the output is one matching JSON value. */
+  readonly jsonSchema?: string | undefined
 }
 
 /**
@@ -672,7 +674,8 @@ export const make = Effect.gen(function*() {
               prefillChunk: config.prefillChunk,
               prefillOnly: request.prefillOnly,
               confidence: request.confidence,
-              reuseOnGrid: request.reuseOnGrid
+              reuseOnGrid: request.reuseOnGrid,
+              jsonSchema: request.jsonSchema
             }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
           )
         )))

@@ -34,7 +34,7 @@ import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
-import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
+import { invalid, jsonSchemaOf, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -135,6 +135,7 @@ export const make = Effect.gen(function*() {
       Effect.gen(function*() {
         const submitted = yield* Clock.currentTimeMillis
         yield* validateGenerate(request)
+        const jsonSchema = request.responseFormat === undefined ? undefined : yield* jsonSchemaOf(request.responseFormat)
         const conversation = conversationOf(request)
         const { continued, tokens: prompt } = yield* promptOf(request)
         yield* admission.checkTokens("generation", prompt.length, request.maxTokens)
@@ -166,7 +167,8 @@ export const make = Effect.gen(function*() {
           // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
           // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
           // its history like a cold run.
-          reuseOnGrid: !continued || attached === "absent"
+          reuseOnGrid: !continued || attached === "absent",
+          jsonSchema
         }).pipe(
           Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
             Effect.gen(function*() {
