@@ -38,9 +38,19 @@ export class Engine extends Context.Tag("nativegen/Engine")<Engine, {
   readonly tokenize: (role: Role, text: string, specialTokens: boolean) => Effect.Effect<ReadonlyArray<number>, RoleNotLoaded>
   readonly detokenize: (role: Role, tokens: ReadonlyArray<number>) => Effect.Effect<string, RoleNotLoaded>
   /** A chat through the model's own template, as tokens; default: ending with the assistant prompt. */
-  readonly render: (role: Role, messages: ReadonlyArray<ChatMessage>, addGenerationPrompt?: boolean) => Effect.Effect<ReadonlyArray<number>, EngineError>
+  readonly render: (
+    role: Role,
+    messages: ReadonlyArray<ChatMessage>,
+    addGenerationPrompt?: boolean,
+    enableThinking?: boolean
+  ) => Effect.Effect<ReadonlyArray<number>, EngineError>
   /** A chat through the model's own template, as text. */
-  readonly renderText: (role: Role, messages: ReadonlyArray<ChatMessage>, addGenerationPrompt: boolean) => Effect.Effect<string, EngineError>
+  readonly renderText: (
+    role: Role,
+    messages: ReadonlyArray<ChatMessage>,
+    addGenerationPrompt: boolean,
+    enableThinking?: boolean
+  ) => Effect.Effect<string, EngineError>
   readonly saveState: StateFiles.StateFiles["save"]
   readonly restoreState: StateFiles.StateFiles["restore"]
   readonly begin: Generation.Generations["begin"]
@@ -71,10 +81,10 @@ export const make = Effect.fn("Engine.make")(function*(
     unload: residents.unload,
     tokenize: residents.tokenize,
     detokenize: residents.detokenize,
-    render: (role, messages, addGenerationPrompt = true) =>
-      Effect.flatMap(residents.resident(role), (r) => Templates.render(role, r, messages, addGenerationPrompt)),
-    renderText: (role, messages, addGenerationPrompt) =>
-      Effect.flatMap(residents.resident(role), (r) => Templates.renderText(role, r, messages, addGenerationPrompt)),
+    render: (role, messages, addGenerationPrompt = true, enableThinking) =>
+      Effect.flatMap(residents.resident(role), (r) => Templates.render(role, r, messages, addGenerationPrompt, enableThinking)),
+    renderText: (role, messages, addGenerationPrompt, enableThinking) =>
+      Effect.flatMap(residents.resident(role), (r) => Templates.renderText(role, r, messages, addGenerationPrompt, enableThinking)),
     saveState: stateFiles.save,
     restoreState: stateFiles.restore,
     begin: generations.begin,

@@ -173,14 +173,21 @@ export class EngineRpcs extends RpcGroup.make(
       role: Role,
       messages: Schema.Array(ChatMessage),
       /** Default true: end with the assistant prompt. */
-      addGenerationPrompt: Schema.optional(Schema.Boolean)
+      addGenerationPrompt: Schema.optional(Schema.Boolean),
+      /** The template's `enable_thinking` (false: the assistant prompt skips thinking); unset: the template's default. */
+      enableThinking: Schema.optional(Schema.Boolean)
     },
     success: Tokens,
     error: EngineError
   }),
   /** The chat as text through the template; without the assistant prompt when `addGenerationPrompt` is false. */
   Rpc.make("RenderText", {
-    payload: { role: Role, messages: Schema.Array(ChatMessage), addGenerationPrompt: Schema.Boolean },
+    payload: {
+      role: Role,
+      messages: Schema.Array(ChatMessage),
+      addGenerationPrompt: Schema.Boolean,
+      enableThinking: Schema.optional(Schema.Boolean)
+    },
     success: Schema.String,
     error: EngineError
   }),

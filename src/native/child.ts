@@ -68,9 +68,10 @@ const main = Effect.gen(function*() {
     Unload: ({ role }) => typed("unload", engine.unload(role)),
     Tokenize: ({ role, specialTokens, text }) => typed("tokenize", engine.tokenize(role, text, specialTokens)),
     Detokenize: ({ role, tokens }) => typed("detokenize", engine.detokenize(role, tokens)),
-    Render: ({ addGenerationPrompt, messages, role }) => typed("render", engine.render(role, messages, addGenerationPrompt)),
-    RenderText: ({ addGenerationPrompt, messages, role }) =>
-      typed("renderText", engine.renderText(role, messages, addGenerationPrompt)),
+    Render: ({ addGenerationPrompt, enableThinking, messages, role }) =>
+      typed("render", engine.render(role, messages, addGenerationPrompt, enableThinking)),
+    RenderText: ({ addGenerationPrompt, enableThinking, messages, role }) =>
+      typed("renderText", engine.renderText(role, messages, addGenerationPrompt, enableThinking)),
     SaveState: ({ path, sequence }) => typed("saveState", engine.saveState(sequence, path)),
     RestoreState: ({ path, sequence }) => typed("restoreState", engine.restoreState(sequence, path)),
     Begin: (request) => typed("begin", engine.begin(request)),

@@ -210,11 +210,15 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   ) => Effect.Effect<ReadonlyArray<HeadScore>, WorkerError>
   readonly tokenize: (role: Role, text: string, specialTokens?: boolean) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   readonly detokenize: (role: Role, tokens: ReadonlyArray<number>) => Effect.Effect<string, WorkerError>
-  /** A chat as text through the role model's template, with or without the assistant prompt. */
+  /**
+   * A chat as text through the role model's template, with or without the assistant prompt;
+   * `enableThinking` is the template's `enable_thinking` (unset: the template's default).
+   */
   readonly renderText: (
     role: Role,
     messages: ReadonlyArray<ChatMessage>,
-    addGenerationPrompt: boolean
+    addGenerationPrompt: boolean,
+    enableThinking?: boolean
   ) => Effect.Effect<string, WorkerError>
   /** Saves an idle generation sequence's KV state to a file (in the current child). */
   readonly saveState: (
@@ -227,7 +231,8 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   readonly render: (
     role: Role,
     messages: ReadonlyArray<ChatMessage>,
-    addGenerationPrompt?: boolean
+    addGenerationPrompt?: boolean,
+    enableThinking?: boolean
   ) => Effect.Effect<ReadonlyArray<number>, WorkerError>
   /** The native allocation plan of a model over candidate context sizes, without loading it. */
   readonly plan: Planner
@@ -780,9 +785,10 @@ export const make = Effect.gen(function*() {
     tokenize: (role, text, specialTokens = false) =>
       call((i) => i.child.client.Tokenize({ role, text, specialTokens })),
     detokenize: (role, tokens) => call((i) => i.child.client.Detokenize({ role, tokens })),
-    render: (role, messages, addGenerationPrompt) => call((i) => i.child.client.Render({ role, messages, addGenerationPrompt })),
-    renderText: (role, messages, addGenerationPrompt) =>
-      call((i) => i.child.client.RenderText({ role, messages, addGenerationPrompt })),
+    render: (role, messages, addGenerationPrompt, enableThinking) =>
+      call((i) => i.child.client.Render({ role, messages, addGenerationPrompt, enableThinking })),
+    renderText: (role, messages, addGenerationPrompt, enableThinking) =>
+      call((i) => i.child.client.RenderText({ role, messages, addGenerationPrompt, enableThinking })),
     // Not retried: a state lives in one child; the caller decides what a lost save means.
     saveState: (sequence, path) =>
       unavailable(onReady((i) =>

@@ -100,8 +100,10 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
+      // With a response format the grammar covers the whole output: the template skips thinking.
+      const enableThinking = request.responseFormat === undefined ? undefined : false
       if (checkpoint === undefined || conversation === undefined) {
-        return { tokens: yield* worker.render("generation", request.messages), continued: false }
+        return { tokens: yield* worker.render("generation", request.messages, true, enableThinking), continued: false }
       }
       if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
         return yield* new InvalidCheckpoint({
@@ -117,7 +119,8 @@ export const make = Effect.gen(function*() {
       const texts = {
         assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true),
         history: yield* worker.renderText("generation", history, false),
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true)
+        // Only the new turn's assistant prompt depends on thinking.
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true, enableThinking)
       }
       const parts = Continuation.continuationTexts(texts, assistant.content)
       if (typeof parts === "string") return yield* invalid("messages", conversation, parts)

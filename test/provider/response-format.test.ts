@@ -13,6 +13,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../../fixtures/models.js"
 import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer } from "../support/engine.js"
 
@@ -170,6 +171,18 @@ describe("response formats", () => {
     "qwen-chat (a model that thinks first)",
     (it) => {
       it.effect("with a response format there is no thought: the whole output is the JSON answer", () => decodesEverySchema(400))
+
+      it.effect("with a response format the template skips thinking: the prompt ends in an empty thought", () =>
+        Effect.gen(function*() {
+          const worker = yield* NativeWorker
+          const text = yield* worker.renderText("generation", messages, true, false)
+          assert.isTrue(text.endsWith("<|im_start|>assistant\n<think>\n\n</think>\n\n"), text)
+          const withoutThinking = yield* worker.render("generation", messages, true, false)
+          const plain = yield* run({ messages, maxTokens: 4 })
+          const structured = yield* run({ messages, maxTokens: 400, responseFormat: { type: "json" } })
+          assert.strictEqual(structured.done.usage.promptTokens, withoutThinking.length)
+          assert.isAbove(structured.done.usage.promptTokens, plain.done.usage.promptTokens)
+        }))
     }
   )
 })

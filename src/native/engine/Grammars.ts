@@ -71,8 +71,12 @@ export const make = (llama: Llama): Grammars => {
   const bannedOf = (model: LlamaModel, entry: PerModel): TokenBias => {
     if (entry.banned !== undefined) return entry.banned
     const bias = new TokenBias(model.tokenizer)
+    // Special tokens are control or user-defined ones; only those are checked in full (the full
+    // check detokenizes: over Qwen3's 151k tokens, 850 ms against 160 ms for attributes first).
     for (const token of model.iterateAllTokens()) {
-      if (!model.isEogToken(token) && model.isSpecialToken(token)) bias.set(token as Token, "never")
+      const attributes = model.getTokenAttributes(token)
+      if (!(attributes.control || attributes.userDefined) || model.isEogToken(token)) continue
+      if (attributes.control || model.isSpecialToken(token)) bias.set(token as Token, "never")
     }
     entry.banned = bias
     return bias

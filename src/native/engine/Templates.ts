@@ -33,12 +33,17 @@ export interface Templated {
   readonly template: ChatTemplate | undefined
 }
 
-/** A chat as text through the model's own Jinja template. */
+/**
+ * A chat as text through the model's own Jinja template. `enableThinking` is the template's
+ * `enable_thinking` (Qwen3's: false makes the assistant prompt an empty thought); unset, the
+ * template's own default applies.
+ */
 export const renderText = (
   role: Role,
   loaded: Templated,
   messages: ReadonlyArray<ChatMessage>,
-  addGenerationPrompt: boolean
+  addGenerationPrompt: boolean,
+  enableThinking?: boolean | undefined
 ): Effect.Effect<string, InvalidEngineRequest | TemplateError> =>
   Effect.gen(function*() {
     if (messages.length === 0) return yield* Effect.fail(invalid("messages", [], "at least one message is needed"))
@@ -57,7 +62,8 @@ export const renderText = (
           messages: messages.map((m) => ({ role: m.role, content: m.content })),
           add_generation_prompt: addGenerationPrompt,
           bos_token: "",
-          eos_token: ""
+          eos_token: "",
+          ...(enableThinking === undefined ? {} : { enable_thinking: enableThinking })
         }),
       catch: (cause) => new TemplateError({ role, modelPath: loaded.modelPath, reason: reasonOf(cause) })
     })
@@ -68,9 +74,10 @@ export const render = (
   role: Role,
   loaded: Templated,
   messages: ReadonlyArray<ChatMessage>,
-  addGenerationPrompt: boolean
+  addGenerationPrompt: boolean,
+  enableThinking?: boolean | undefined
 ): Effect.Effect<ReadonlyArray<number>, InvalidEngineRequest | TemplateError> =>
-  Effect.map(renderText(role, loaded, messages, addGenerationPrompt), (text) => {
+  Effect.map(renderText(role, loaded, messages, addGenerationPrompt, enableThinking), (text) => {
     const body = loaded.model.tokenize(text, true)
     const bos = loaded.model.tokens.bos
     return (bos !== null && loaded.model.tokens.shouldPrependBosToken ? [bos, ...body] : body) as ReadonlyArray<number>
