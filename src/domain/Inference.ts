@@ -79,6 +79,20 @@ export const Checkpoint = Schema.Struct({
 })
 export type Checkpoint = typeof Checkpoint.Type
 
+/**
+ * Structured output, decoded under a grammar in the engine: `json` is any JSON object; `jsonSchema`
+ * is an object matching a JSON schema (the subset node-llama-cpp's JSON-schema grammar expresses:
+ * type, properties, additionalProperties, min/maxProperties, items, prefixItems, min/maxItems,
+ * enum, const, oneOf, $ref into $defs, string min/maxLength and date/time formats). Every listed
+ * object property is produced (the grammar makes them all required). Thinking is disabled for such
+ * a request: the grammar covers the whole output. Cut by maxTokens, the text is not valid JSON.
+ */
+export const ResponseFormat = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("json") }),
+  Schema.Struct({ type: Schema.Literal("jsonSchema"), schema: Schema.Record({ key: Schema.String, value: Schema.Unknown }) })
+)
+export type ResponseFormat = typeof ResponseFormat.Type
+
 export const GenerateRequest = Schema.Struct({
   messages: Schema.Array(ChatMessage),
   /** Conversation id: turns of one conversation share a sequence and its cache. */
@@ -95,7 +109,9 @@ export const GenerateRequest = Schema.Struct({
   /** Tools the model may call (names unique); its calls come back as ToolCall chunks. */
   tools: Schema.optional(Schema.Array(ToolDefinition)),
   /** False asks the template to skip thinking (Qwen3's `enable_thinking`); absent leaves it to the template. */
-  thinking: Schema.optional(Schema.Boolean)
+  thinking: Schema.optional(Schema.Boolean),
+  /** Constrain the answer to JSON (any object, or a JSON schema) with a grammar in the engine. */
+  responseFormat: Schema.optional(ResponseFormat)
 })
 export type GenerateRequest = typeof GenerateRequest.Type
 

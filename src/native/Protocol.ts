@@ -220,7 +220,12 @@ export class EngineRpcs extends RpcGroup.make(
       /** Report each sampled token's probability. */
       confidence: Schema.optional(Schema.Boolean),
       /** Reuse only whole prefill chunks of the cached prefix (batches then split as in a cold run). */
-      reuseOnGrid: Schema.optional(Schema.Boolean)
+      reuseOnGrid: Schema.optional(Schema.Boolean),
+      /**
+       * Sample under the grammar of this JSON schema (its JSON text, the grammar cache's key): the
+       * output is one JSON value matching it, then only an end-of-generation token is allowed.
+       */
+      jsonSchema: Schema.optional(Schema.String)
     },
     success: Schema.Struct({ reusedTokens: Schema.Int }),
     error: EngineError

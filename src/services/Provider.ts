@@ -36,7 +36,7 @@ import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
-import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
+import { invalid, jsonSchemaOf, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -109,8 +109,10 @@ export const make = Effect.gen(function*() {
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
       const inputs = templateInputsOf(request)
+      // With a response format the grammar covers the whole output: the new turn skips thinking.
+      const turnInputs: TemplateInputs = request.responseFormat === undefined ? inputs : { ...inputs, thinking: false }
       if (checkpoint === undefined || conversation === undefined) {
-        return { tokens: yield* worker.render("generation", request.messages, true, inputs), continued: false }
+        return { tokens: yield* worker.render("generation", request.messages, true, turnInputs), continued: false }
       }
       if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
         return yield* new InvalidCheckpoint({
@@ -126,7 +128,8 @@ export const make = Effect.gen(function*() {
       const texts = {
         assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true, inputs),
         history: yield* worker.renderText("generation", history, false, inputs),
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true, inputs)
+        // Only the new turn's assistant prompt depends on the response format's thinking rule.
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true, turnInputs)
       }
       const parts = Continuation.continuationTexts(texts, assistant.content)
       if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
@@ -145,6 +148,7 @@ export const make = Effect.gen(function*() {
       Effect.gen(function*() {
         const submitted = yield* Clock.currentTimeMillis
         yield* validateGenerate(request)
+        const jsonSchema = request.responseFormat === undefined ? undefined : yield* jsonSchemaOf(request.responseFormat)
         const conversation = conversationOf(request)
         const { continued, tokens: prompt } = yield* promptOf(request)
         yield* admission.checkTokens("generation", prompt.length, request.maxTokens)
@@ -177,7 +181,8 @@ export const make = Effect.gen(function*() {
           // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
           // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
           // its history like a cold run.
-          reuseOnGrid: !continued || attached === "absent"
+          reuseOnGrid: !continued || attached === "absent",
+          jsonSchema
         }).pipe(
           Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
             Effect.gen(function*() {

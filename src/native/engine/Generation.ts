@@ -21,6 +21,7 @@ import type { Failpoints } from "../Failpoints.js"
 import { type AdvanceEvent, DECODE_RUN_AHEAD, type Lane, type Sampling, type StopReason } from "../Protocol.js"
 import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import { afterDecodedToken, type FaultHooks } from "./Faults.js"
+import * as Grammars from "./Grammars.js"
 import type { Native } from "./Llama.js"
 import { wholeChunksCached } from "./PrefixReuse.js"
 import type { Residents } from "./Residents.js"
@@ -37,6 +38,8 @@ export interface BeginRequest {
   readonly prefillOnly?: boolean | undefined
   readonly confidence?: boolean | undefined
   readonly reuseOnGrid?: boolean | undefined
+  /** Sample under this JSON schema's grammar (its JSON text). */
+  readonly jsonSchema?: string | undefined
 }
 
 export interface Generations {
@@ -66,6 +69,8 @@ interface Generation {
   readonly lane: Lane
   /** Prefill the whole prompt and finish without sampling. */
   readonly prefillOnly: boolean
+  /** Sampling under a grammar: its evaluation state (this generation's own) and the banned special tokens. */
+  readonly constraint: Grammars.Constraint | undefined
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
   iterator: AsyncGenerator<{ readonly token: Token; readonly confidence?: number }, void, void | Token | Token[]> | undefined
@@ -104,6 +109,7 @@ export const make = (
 ): Effect.Effect<Generations, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { options, step } = native
+    const grammars = Grammars.make(native.llama)
     const failpoints: Failpoints | undefined = faults?.failpoints
     const decoded = afterDecodedToken(faults)
     let decodedTokens = 0
@@ -139,6 +145,9 @@ export const make = (
         yield* checkPositiveInt("prefillChunk", request.prefillChunk)
         const sequence = yield* idleSequence(request.sequence)
         yield* checkPromptTokens(request.prompt, r.vocabularySize)
+        const constraint = request.jsonSchema === undefined || request.prefillOnly === true
+          ? undefined
+          : yield* grammars.constraint(r.model, request.jsonSchema)
         const needed = request.prompt.length + request.maxTokens
         if (needed > r.context.contextSize) {
           return yield* Effect.fail(
@@ -171,6 +180,7 @@ export const make = (
           prefillChunk,
           lane: request.lane,
           prefillOnly: request.prefillOnly === true,
+          constraint,
           prefilled: reused,
           iterator: undefined,
           confidence: request.confidence === true,
@@ -216,7 +226,8 @@ export const make = (
             temperature: g.sampling.temperature,
             ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
             ...(g.sampling.topP !== undefined ? { topP: g.sampling.topP } : {}),
-            ...(g.sampling.seed !== undefined ? { seed: g.sampling.seed } : {})
+            ...(g.sampling.seed !== undefined ? { seed: g.sampling.seed } : {}),
+            ...g.constraint
           })
           const next = await g.iterator.next()
           if (next.done === true) throw new Error("the sequence ended its evaluation")

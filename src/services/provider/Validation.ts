@@ -3,7 +3,8 @@
  * the value and the rule, before anything is rendered, queued or sent to the engine.
  */
 import * as Effect from "effect/Effect"
-import type { ChatMessage, GenerateRequest, ToolDefinition } from "../../domain/Inference.js"
+import type { ChatMessage, GenerateRequest, ResponseFormat, ToolDefinition } from "../../domain/Inference.js"
+import { ANY_JSON_OBJECT_SCHEMA, parseSupportedJsonSchema } from "../../domain/JsonSchemaSubset.js"
 import { InvalidRequest } from "../ProviderError.js"
 
 /** Most heads in one decision request, and most stop strings in one generation. */
@@ -83,3 +84,15 @@ export const validateGenerate = (request: GenerateRequest) =>
     }
   })
 
+
+/**
+ * The JSON schema (as its JSON text, the engine's grammar cache key) a response format decodes
+ * under; a schema the grammar cannot express exactly is refused, naming the part.
+ */
+export const jsonSchemaOf = (format: ResponseFormat) => {
+  if (format.type === "json") return Effect.succeed(JSON.stringify(ANY_JSON_OBJECT_SCHEMA))
+  const check = parseSupportedJsonSchema(format.schema)
+  return check._tag === "Supported"
+    ? Effect.succeed(JSON.stringify(check.schema))
+    : Effect.fail(invalid(`responseFormat.schema${check.path}`, check.value, check.reason))
+}

@@ -32,6 +32,8 @@ export interface GenerateRequest {
    * as a cold run, so probabilities are bit-identical to it when the kept part was prefilled too.
    */
   readonly reuseOnGrid?: boolean | undefined
+  /** Sample under the grammar of this JSON schema (its JSON text): the output is one matching JSON value. */
+  readonly jsonSchema?: string | undefined
 }
 
 /**
@@ -80,7 +82,8 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
               prefillChunk: config.prefillChunk,
               prefillOnly: request.prefillOnly,
               confidence: request.confidence,
-              reuseOnGrid: request.reuseOnGrid
+              reuseOnGrid: request.reuseOnGrid,
+              jsonSchema: request.jsonSchema
             }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
           )
         )))
