@@ -57,12 +57,6 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
 
-/** The chunks one engine event yields, and whether the output ends with them. */
-interface Step {
-  readonly chunks: ReadonlyArray<GenerateChunk>
-  readonly last: boolean
-}
-
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
 
@@ -154,6 +148,8 @@ export const make = Effect.gen(function*() {
         let firstTokenAt: number | undefined
         let lastTokenAt: number | undefined
         let stopReason: StopReason = "maxTokens"
+        /** Set by the event that ends the output (a stop string or the engine's Finished). */
+        let ended = false
 
         const steps = worker.generate({
           prompt,
@@ -168,34 +164,38 @@ export const make = Effect.gen(function*() {
           // its history like a cold run.
           reuseOnGrid: !continued || attached === "absent"
         }).pipe(
-          Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
+          Stream.mapEffect((event): Effect.Effect<ReadonlyArray<GenerateChunk>, ProviderError> =>
             Effect.gen(function*() {
               const now = yield* Clock.currentTimeMillis
               firstStepAt ??= now
               switch (event._tag) {
                 case "Started":
                   reused = event.reusedTokens
-                  return { chunks: [], last: false }
+                  return []
                 case "Prefilled":
-                  return { chunks: [], last: false }
+                  return []
                 case "Token": {
                   generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
                   const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence))
-                  if (stopped) stopReason = "stopString"
-                  return { chunks, last: stopped }
+                  if (stopped) {
+                    stopReason = "stopString"
+                    ended = true
+                  }
+                  return chunks
                 }
                 case "Finished": {
                   stopReason = event.reason === "maxTokens" ? "maxTokens" : "endOfGeneration"
-                  return { chunks: yield* fromEither(output.finish()), last: true }
+                  ended = true
+                  return yield* fromEither(output.finish())
                 }
               }
             })
           ),
           // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
-          Stream.takeUntil((step) => step.last),
-          Stream.mapConcat((step) => step.chunks)
+          Stream.takeUntil(() => ended),
+          Stream.flattenIterables
         )
 
         const done = Effect.gen(function*() {

@@ -7,7 +7,8 @@
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import type { EngineError, EngineUnavailable } from "../../domain/EngineError.js"
-import type { HeadScore } from "../../native/Protocol.js"
+import type { HeadScore } from "../../domain/Generation.js"
+import type { DecisionHead } from "../../domain/Inference.js"
 import { ChildFailed, guardedStream, retryOnce, unavailable } from "./ChildFaults.js"
 import type { Incarnation } from "./Incarnation.js"
 import type { NativeWorkerConfigShape } from "./NativeWorkerConfig.js"
@@ -15,7 +16,7 @@ import type { Supervisor } from "./Supervisor.js"
 
 export type Score = (
   prompt: ReadonlyArray<number>,
-  heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>,
+  heads: ReadonlyArray<DecisionHead>,
   onPrefilled?: (done: number, total: number) => Effect.Effect<void>
 ) => Effect.Effect<ReadonlyArray<HeadScore>, EngineError | EngineUnavailable>
 
