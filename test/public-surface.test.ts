@@ -51,7 +51,8 @@ describe("public surface", () => {
         "Usage",
         // the Provider's errors
         "ProviderError",
-        "EngineError",
+        "EngineFailure",
+        "TemplateError",
         "EngineUnavailable",
         "GenerationFailed",
         "ContextAdmissionFailed",

@@ -24,9 +24,10 @@ import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import type { RpcClientError } from "@effect/rpc/RpcClientError"
 import type * as Stream from "effect/Stream"
-import type { EngineError, EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
+import type { EngineError, GenerationFailed } from "../domain/EngineError.js"
 import type { GenerationEvent, HeadScore, TokenGenerateRequest } from "../domain/Generation.js"
 import type { ChatMessage, DecisionHead, EngineState, Role } from "../domain/Inference.js"
+import { publicError, type WorkerError } from "./worker/ChildErrors.js"
 import { retryOnce, unavailable } from "./worker/ChildFaults.js"
 import type { Incarnation } from "./worker/Incarnation.js"
 import * as Generation from "./worker/Generation.js"
@@ -42,7 +43,7 @@ export type { RecoveryAction, WorkerReadiness } from "./worker/Readiness.js"
 export type { MeasuredGrowth, Planner } from "./worker/WorkerHooks.js"
 export { ChildResources, layerNoop as hooksNoop, WorkerAdmission } from "./worker/WorkerHooks.js"
 
-export type WorkerError = EngineError | EngineUnavailable
+export type { WorkerError } from "./worker/ChildErrors.js"
 
 export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWorker, {
   /** Streams a generation's steps: Started (with reused prompt tokens), Prefilled chunks, Tokens, Finished. */
@@ -97,7 +98,7 @@ export const make: Effect.Effect<
   const supervisor = yield* Supervisor.make
   const call = <A, E extends EngineError>(
     f: (incarnation: Incarnation) => Effect.Effect<A, E | RpcClientError>
-  ) => unavailable(retryOnce(supervisor.onReady(f)))
+  ) => Effect.mapError(unavailable(retryOnce(supervisor.onReady(f))), publicError)
   return NativeWorker.of({
     generate: Generation.make(supervisor, config),
     score: yield* Scoring.make(supervisor, config),
@@ -110,9 +111,12 @@ export const make: Effect.Effect<
     saveState: (sequence, path) =>
       unavailable(supervisor.onReady((i) =>
         Effect.map(i.child.client.SaveState({ sequence, path }), (r) => ({ ...r, incarnation: i.number }))
-      )),
-    restoreState: (sequence, path) => unavailable(supervisor.onReady((i) => i.child.client.RestoreState({ sequence, path }))),
-    plan: (modelPath, contextSizes, sequences) => call((i) => i.child.client.Plan({ modelPath, contextSizes, sequences })),
+      )).pipe(Effect.mapError(publicError)),
+    restoreState: (sequence, path) =>
+      unavailable(supervisor.onReady((i) => i.child.client.RestoreState({ sequence, path }))).pipe(Effect.mapError(publicError)),
+    // The planner is admission's (internal): its errors stay the engine's own.
+    plan: (modelPath, contextSizes, sequences) =>
+      unavailable(retryOnce(supervisor.onReady((i) => i.child.client.Plan({ modelPath, contextSizes, sequences })))),
     readiness: supervisor.readiness,
     states: supervisor.states,
     repair: supervisor.repair

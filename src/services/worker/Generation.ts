@@ -9,6 +9,7 @@ import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
 import { type EngineError, type EngineUnavailable, GenerationFailed } from "../../domain/EngineError.js"
 import type { GenerationEvent, TokenGenerateRequest } from "../../domain/Generation.js"
+import { publicError, type WorkerError } from "./ChildErrors.js"
 import { guarded, guardedStream, retryOnce, unavailable } from "./ChildFaults.js"
 import type { Incarnation } from "./Incarnation.js"
 import type { NativeWorkerConfigShape } from "./NativeWorkerConfig.js"
@@ -69,5 +70,7 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
       })
     )
 
-  return (request: TokenGenerateRequest) => generation(request, true)
+  // Mapped once, when the stream fails: nothing more per event.
+  return (request: TokenGenerateRequest): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> =>
+    Stream.mapError(generation(request, true), (e) => (e._tag === "GenerationFailed" ? e : publicError(e)))
 }
