@@ -34,7 +34,8 @@ import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
-import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
+import { ValidCountRequest, ValidDecideRequest, ValidGenerateRequest, ValidPrepareRequest } from "../domain/RequestRules.js"
+import { invalid, validate } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -56,6 +57,11 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
 
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
+
+const validateGenerate = validate(ValidGenerateRequest)
+const validateDecide = validate(ValidDecideRequest)
+const validateCount = validate(ValidCountRequest)
+const validatePrepare = validate(ValidPrepareRequest)
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 const conversationOf = (request: GenerateRequest) => request.conversation ?? request.checkpoint?.conversation
@@ -241,10 +247,7 @@ export const make = Effect.gen(function*() {
   const decide = (request: DecideRequest) =>
     Effect.scoped(Effect.gen(function*() {
       const submitted = yield* Clock.currentTimeMillis
-      if (request.heads.length === 0) return yield* invalid("heads", request.heads, "at least one head is needed")
-      if (request.heads.length > MAX_HEADS) return yield* invalid("heads", request.heads.length, `at most ${MAX_HEADS} heads`)
-      if (typeof request.prompt !== "string") yield* validateMessages(request.prompt)
-      else if (request.prompt.length === 0) return yield* invalid("prompt", request.prompt, "must not be empty")
+      yield* validateDecide(request)
       const prompt = typeof request.prompt === "string"
         ? yield* worker.tokenize("decision", request.prompt)
         : yield* worker.render("decision", request.prompt)
@@ -270,11 +273,10 @@ export const make = Effect.gen(function*() {
   const count = (request: CountRequest) =>
     Effect.gen(function*() {
       const role = request.role ?? "generation"
-      const tokens = request.messages !== undefined && request.text === undefined
-        ? yield* Effect.zipRight(validateMessages(request.messages), worker.render(role, request.messages))
-        : request.text !== undefined && request.messages === undefined
-        ? yield* worker.tokenize(role, request.text)
-        : yield* invalid("request", Object.keys(request), "give exactly one of messages or text")
+      yield* validateCount(request)
+      const tokens = request.messages !== undefined
+        ? yield* worker.render(role, request.messages)
+        : yield* worker.tokenize(role, request.text ?? "")
       return { role, tokens: tokens.length, admittedContext: yield* admission.contextOf(role) } satisfies CountResult
     })
 
@@ -286,12 +288,9 @@ export const make = Effect.gen(function*() {
    */
   const prepare = (request: PrepareRequest): Effect.Effect<PrepareResult, ProviderError> =>
     Effect.gen(function*() {
+      yield* validatePrepare(request)
       const conversation = request.conversation
-      if (conversation.length === 0 || conversation.length > 256) {
-        return yield* invalid("conversation", conversation, "must be 1 to 256 characters")
-      }
       const messages = [...request.prefix, ...request.history]
-      yield* validateMessages(messages)
       const rendered = yield* worker.render("generation", messages, false)
       const chunk = prefillChunk
       const tokens = rendered.slice(0, Math.floor(rendered.length / chunk) * chunk)

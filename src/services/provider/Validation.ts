@@ -1,43 +1,36 @@
 /**
- * Request validation at the Provider's edge: every refusal is an InvalidRequest naming the field,
- * the value and the rule, before anything is rendered, queued or sent to the engine.
+ * Request validation at the Provider's edge: a request is checked once against its refined domain
+ * schema (src/domain/RequestRules.ts) before anything is rendered, queued or sent to the engine;
+ * the first broken rule is an InvalidRequest naming the field, the value and the rule.
  */
 import * as Effect from "effect/Effect"
-import type { ChatMessage, GenerateRequest } from "../../domain/Inference.js"
+import * as Either from "effect/Either"
+import * as ParseResult from "effect/ParseResult"
+import * as Schema from "effect/Schema"
 import { InvalidRequest } from "../ProviderError.js"
-
-/** Most heads in one decision request, and most stop strings in one generation. */
-export const MAX_HEADS = 16
-export const MAX_STOP_STRINGS = 16
 
 export const invalid = (field: string, value: unknown, reason: string) =>
   new InvalidRequest({ field, value: JSON.stringify(value) ?? String(value), reason })
 
-export const validateMessages = (messages: ReadonlyArray<ChatMessage>) =>
-  messages.length === 0 ? Effect.fail(invalid("messages", messages, "at least one message is needed")) : Effect.void
+/** The value at `path` in `input` (the request itself for the empty path: then its field names). */
+const valueAt = (input: unknown, path: ReadonlyArray<PropertyKey>): unknown =>
+  path.length === 0 && typeof input === "object" && input !== null
+    ? Object.keys(input)
+    : path.reduce<unknown>(
+      (value, key) => (typeof value === "object" && value !== null ? (value as Record<PropertyKey, unknown>)[key] : undefined),
+      input
+    )
 
-export const validateGenerate = (request: GenerateRequest) =>
-  Effect.gen(function*() {
-    yield* validateMessages(request.messages)
-    if (!Number.isSafeInteger(request.maxTokens) || request.maxTokens <= 0) {
-      return yield* invalid("maxTokens", request.maxTokens, "must be a positive integer")
-    }
-    const stop = request.stop ?? []
-    if (stop.length > MAX_STOP_STRINGS) return yield* invalid("stop", stop.length, `at most ${MAX_STOP_STRINGS} stop strings`)
-    const empty = stop.find((s) => s.length === 0)
-    if (empty !== undefined) return yield* invalid("stop", empty, "a stop string must not be empty")
-    const sampling = request.sampling
-    if (sampling !== undefined) {
-      if (!(sampling.temperature >= 0) || !Number.isFinite(sampling.temperature)) {
-        return yield* invalid("sampling.temperature", sampling.temperature, "must be a finite number >= 0")
+/** Checks `request` against `schema`; the first issue is the InvalidRequest. */
+export const validate = <A, I>(schema: Schema.Schema<A, I>) => {
+  const check = Schema.validateEither(schema, { errors: "first" })
+  return (request: A): Effect.Effect<A, InvalidRequest> =>
+    Either.match(check(request), {
+      onRight: Effect.succeed,
+      onLeft: (error) => {
+        const [issue] = ParseResult.ArrayFormatter.formatErrorSync(error)
+        const path = issue?.path ?? []
+        return Effect.fail(invalid(path.length === 0 ? "request" : path.join("."), valueAt(request, path), issue?.message ?? "invalid"))
       }
-      if (sampling.topK !== undefined && sampling.topK < 0) return yield* invalid("sampling.topK", sampling.topK, "must be >= 0")
-      if (sampling.topP !== undefined && !(sampling.topP > 0 && sampling.topP <= 1)) {
-        return yield* invalid("sampling.topP", sampling.topP, "must be in (0, 1]")
-      }
-    }
-    if (request.conversation !== undefined && (request.conversation.length === 0 || request.conversation.length > 256)) {
-      return yield* invalid("conversation", request.conversation, "must be 1 to 256 characters")
-    }
-  })
-
+    })
+}

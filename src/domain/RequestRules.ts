@@ -1,0 +1,76 @@
+/**
+ * The rules a public request must keep, as Schema refinements of the domain schemas: checked once
+ * where a request enters (the Provider's entry, which the RPC handlers call), each broken rule an
+ * issue at the field it names. The wire schemas stay structural, so a client can send any request
+ * and receive the typed refusal. Rules run after the structure (and field types) are valid.
+ */
+import * as Schema from "effect/Schema"
+import { type ChatMessage, CountRequest, DecideRequest, GenerateRequest, PrepareRequest } from "./Inference.js"
+
+/** Most heads in one decision request, and most stop strings in one generation. */
+export const MAX_HEADS = 16
+export const MAX_STOP_STRINGS = 16
+/** Longest conversation id. */
+export const MAX_CONVERSATION_ID = 256
+
+/** A rule: undefined when kept, else the field (a path) and the rule it breaks. */
+type Rule<A> = (request: A) => Schema.FilterIssue | undefined
+
+const broken = (path: ReadonlyArray<PropertyKey>, message: string): Schema.FilterIssue => ({ path, message })
+
+/** The first rule the request breaks, as one refinement. */
+const rules = <A>(...checks: ReadonlyArray<Rule<A>>) => (request: A): Schema.FilterIssue | undefined => {
+  for (const check of checks) {
+    const issue = check(request)
+    if (issue !== undefined) return issue
+  }
+  return undefined
+}
+
+const someMessages = (path: ReadonlyArray<PropertyKey>, messages: ReadonlyArray<ChatMessage>) =>
+  messages.length === 0 ? broken(path, "at least one message is needed") : undefined
+
+const conversationId = (conversation: string | undefined) =>
+  conversation !== undefined && (conversation.length === 0 || conversation.length > MAX_CONVERSATION_ID)
+    ? broken(["conversation"], `must be 1 to ${MAX_CONVERSATION_ID} characters`)
+    : undefined
+
+export const ValidGenerateRequest = GenerateRequest.pipe(Schema.filter(rules<GenerateRequest>(
+  (r) => someMessages(["messages"], r.messages),
+  (r) => (Number.isSafeInteger(r.maxTokens) && r.maxTokens > 0 ? undefined : broken(["maxTokens"], "must be a positive integer")),
+  (r) =>
+    (r.stop?.length ?? 0) > MAX_STOP_STRINGS ? broken(["stop"], `at most ${MAX_STOP_STRINGS} stop strings`) : undefined,
+  (r) => (r.stop?.some((s) => s.length === 0) ? broken(["stop"], "a stop string must not be empty") : undefined),
+  ({ sampling }) =>
+    sampling === undefined
+      ? undefined
+      : !(sampling.temperature >= 0) || !Number.isFinite(sampling.temperature)
+      ? broken(["sampling", "temperature"], "must be a finite number >= 0")
+      : sampling.topK !== undefined && sampling.topK < 0
+      ? broken(["sampling", "topK"], "must be >= 0")
+      : sampling.topP !== undefined && !(sampling.topP > 0 && sampling.topP <= 1)
+      ? broken(["sampling", "topP"], "must be in (0, 1]")
+      : undefined,
+  (r) => conversationId(r.conversation)
+)))
+
+export const ValidDecideRequest = DecideRequest.pipe(Schema.filter(rules<DecideRequest>(
+  (r) => (r.heads.length === 0 ? broken(["heads"], "at least one head is needed") : undefined),
+  (r) => (r.heads.length > MAX_HEADS ? broken(["heads"], `at most ${MAX_HEADS} heads`) : undefined),
+  (r) =>
+    typeof r.prompt !== "string"
+      ? someMessages(["prompt"], r.prompt)
+      : r.prompt.length === 0
+      ? broken(["prompt"], "must not be empty")
+      : undefined
+)))
+
+export const ValidCountRequest = CountRequest.pipe(Schema.filter(rules<CountRequest>(
+  (r) => ((r.messages === undefined) === (r.text === undefined) ? broken([], "give exactly one of messages or text") : undefined),
+  (r) => (r.messages === undefined ? undefined : someMessages(["messages"], r.messages))
+)))
+
+export const ValidPrepareRequest = PrepareRequest.pipe(Schema.filter(rules<PrepareRequest>(
+  (r) => conversationId(r.conversation),
+  (r) => someMessages(["history"], [...r.prefix, ...r.history])
+)))
