@@ -52,7 +52,8 @@ describe("public surface", () => {
         "Usage",
         // the Provider's errors
         "ProviderError",
-        "EngineError",
+        "EngineFailure",
+        "TemplateError",
         "EngineUnavailable",
         "GenerationFailed",
         "ContextAdmissionFailed",

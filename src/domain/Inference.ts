@@ -115,8 +115,16 @@ export const GenerateRequest = Schema.Struct({
 })
 export type GenerateRequest = typeof GenerateRequest.Type
 
-/** `toolCalls`: the turn ended after at least one well-formed tool call. */
-export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopString", "toolCalls")
+/**
+ * Every way a generation stops, one literal set: the engine stops at max tokens, at the end of
+ * generation or on a stop token (src/domain/Generation.ts); the host stops on a stop string, or
+ * reports `toolCalls` when the turn ended after at least one well-formed tool call. The public
+ * reason is its subset below (a stop token is reported as the end of generation).
+ */
+export const GenerationStop = Schema.Literal("maxTokens", "endOfGeneration", "stopToken", "stopString", "toolCalls")
+export type GenerationStop = typeof GenerationStop.Type
+
+export const StopReason = GenerationStop.pipe(Schema.pickLiteral("maxTokens", "endOfGeneration", "stopString", "toolCalls"))
 export type StopReason = typeof StopReason.Type
 
 /** How much of the prompt came from cache, and from which kind of reuse. */
@@ -201,9 +209,14 @@ export const LabelDecision = Schema.Struct({
   /** Teacher-forced log-likelihood of the label after the prompt, in nats. */
   logLikelihood: Schema.Number
 })
+export type LabelDecision = typeof LabelDecision.Type
+
+/** A decision head with each label's decision. */
+export const HeadDecision = Schema.Struct({ ...DecisionHead.fields, labels: Schema.Array(LabelDecision) })
+export type HeadDecision = typeof HeadDecision.Type
 
 export const DecideResult = Schema.Struct({
-  heads: Schema.Array(Schema.Struct({ name: Schema.String, labels: Schema.Array(LabelDecision) })),
+  heads: Schema.Array(HeadDecision),
   promptTokens: Schema.NonNegativeInt,
   queueMillis: Schema.Number,
   totalMillis: Schema.Number

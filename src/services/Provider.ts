@@ -36,7 +36,8 @@ import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
-import { invalid, jsonSchemaOf, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
+import { ValidCountRequest, ValidDecideRequest, ValidGenerateRequest, ValidPrepareRequest } from "../domain/RequestRules.js"
+import { invalid, jsonSchemaOf, validate } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -59,11 +60,10 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
 
-/** The chunks one engine event yields, and whether the output ends with them. */
-interface Step {
-  readonly chunks: ReadonlyArray<GenerateChunk>
-  readonly last: boolean
-}
+const validateGenerate = validate(ValidGenerateRequest)
+const validateDecide = validate(ValidDecideRequest)
+const validateCount = validate(ValidCountRequest)
+const validatePrepare = validate(ValidPrepareRequest)
 
 /** What the chat template reads beside the messages. */
 const templateInputsOf = (request: GenerateRequest): TemplateInputs => ({
@@ -169,6 +169,8 @@ export const make = Effect.gen(function*() {
         let lastTokenAt: number | undefined
         let stopReason: StopReason = "maxTokens"
         let truncatedChannel: OpenChannel | null = null
+        /** Set by the event that ends the output (a stop string or the engine's Finished). */
+        let ended = false
 
         const steps = worker.generate({
           prompt,
@@ -184,36 +186,40 @@ export const make = Effect.gen(function*() {
           reuseOnGrid: !continued || attached === "absent",
           jsonSchema
         }).pipe(
-          Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
+          Stream.mapEffect((event): Effect.Effect<ReadonlyArray<GenerateChunk>, ProviderError> =>
             Effect.gen(function*() {
               const now = yield* Clock.currentTimeMillis
               firstStepAt ??= now
               switch (event._tag) {
                 case "Started":
                   reused = event.reusedTokens
-                  return { chunks: [], last: false }
+                  return []
                 case "Prefilled":
-                  return { chunks: [], last: false }
+                  return []
                 case "Token": {
                   generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
                   const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence))
-                  if (stopped) stopReason = "stopString"
-                  return { chunks, last: stopped }
+                  if (stopped) {
+                    stopReason = "stopString"
+                    ended = true
+                  }
+                  return chunks
                 }
                 case "Finished": {
                   const end = yield* fromEither(output.finish(event.reason === "maxTokens"))
                   truncatedChannel = end.truncated
                   stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
-                  return { chunks: end.chunks, last: true }
+                  ended = true
+                  return end.chunks
                 }
               }
             })
           ),
           // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
-          Stream.takeUntil((step) => step.last),
-          Stream.mapConcat((step) => step.chunks)
+          Stream.takeUntil(() => ended),
+          Stream.flattenIterables
         )
 
         const done = Effect.gen(function*() {
@@ -260,10 +266,7 @@ export const make = Effect.gen(function*() {
   const decide = (request: DecideRequest) =>
     Effect.scoped(Effect.gen(function*() {
       const submitted = yield* Clock.currentTimeMillis
-      if (request.heads.length === 0) return yield* invalid("heads", request.heads, "at least one head is needed")
-      if (request.heads.length > MAX_HEADS) return yield* invalid("heads", request.heads.length, `at most ${MAX_HEADS} heads`)
-      if (typeof request.prompt !== "string") yield* validateMessages(request.prompt)
-      else if (request.prompt.length === 0) return yield* invalid("prompt", request.prompt, "must not be empty")
+      yield* validateDecide(request)
       const prompt = typeof request.prompt === "string"
         ? yield* worker.tokenize("decision", request.prompt)
         : yield* worker.render("decision", request.prompt)
@@ -289,11 +292,10 @@ export const make = Effect.gen(function*() {
   const count = (request: CountRequest) =>
     Effect.gen(function*() {
       const role = request.role ?? "generation"
-      const tokens = request.messages !== undefined && request.text === undefined
-        ? yield* Effect.zipRight(validateMessages(request.messages), worker.render(role, request.messages))
-        : request.text !== undefined && request.messages === undefined
-        ? yield* worker.tokenize(role, request.text)
-        : yield* invalid("request", Object.keys(request), "give exactly one of messages or text")
+      yield* validateCount(request)
+      const tokens = request.messages !== undefined
+        ? yield* worker.render(role, request.messages)
+        : yield* worker.tokenize(role, request.text ?? "")
       return { role, tokens: tokens.length, admittedContext: yield* admission.contextOf(role) } satisfies CountResult
     })
 
@@ -305,12 +307,9 @@ export const make = Effect.gen(function*() {
    */
   const prepare = (request: PrepareRequest): Effect.Effect<PrepareResult, ProviderError> =>
     Effect.gen(function*() {
+      yield* validatePrepare(request)
       const conversation = request.conversation
-      if (conversation.length === 0 || conversation.length > 256) {
-        return yield* invalid("conversation", conversation, "must be 1 to 256 characters")
-      }
       const messages = [...request.prefix, ...request.history]
-      yield* validateMessages(messages)
       const rendered = yield* worker.render("generation", messages, false)
       const chunk = prefillChunk
       const tokens = rendered.slice(0, Math.floor(rendered.length / chunk) * chunk)

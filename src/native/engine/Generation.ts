@@ -18,29 +18,13 @@ import {
   UnknownGeneration
 } from "../../domain/EngineError.js"
 import type { Failpoints } from "../Failpoints.js"
-import { type AdvanceEvent, DECODE_RUN_AHEAD, type Lane, type Sampling, type StopReason } from "../Protocol.js"
+import { type AdvanceEvent, type BeginRequest, DECODE_RUN_AHEAD, type EngineStopReason, type Lane, type Sampling } from "../Protocol.js"
 import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import { afterDecodedToken, type FaultHooks } from "./Faults.js"
 import * as Grammars from "./Grammars.js"
 import type { Native } from "./Llama.js"
 import { wholeChunksCached } from "./PrefixReuse.js"
 import type { Residents } from "./Residents.js"
-
-export interface BeginRequest {
-  readonly generationId: string
-  readonly lane: Lane
-  readonly sequence: number
-  readonly prompt: ReadonlyArray<number>
-  readonly sampling: Sampling
-  readonly maxTokens: number
-  readonly stopTokens: ReadonlyArray<number>
-  readonly prefillChunk: number
-  readonly prefillOnly?: boolean | undefined
-  readonly confidence?: boolean | undefined
-  readonly reuseOnGrid?: boolean | undefined
-  /** Sample under this JSON schema's grammar (its JSON text). */
-  readonly jsonSchema?: string | undefined
-}
 
 export interface Generations {
   /** Registers a generation on an idle sequence; answers how many prompt tokens its cache already held. */
@@ -81,7 +65,7 @@ interface Generation {
   readonly texts: Array<string>
   /** Tokens whose text is held back until their UTF-8 sequence completes. */
   pendingText: Array<number>
-  finished: StopReason | undefined
+  finished: EngineStopReason | undefined
 }
 
 /** How many ended-before-begun generation ids the engine remembers. */
@@ -136,6 +120,7 @@ export const make = (
 
     const begin = (request: BeginRequest) =>
       Effect.gen(function*() {
+        const { lane = "foreground", sequence: sequenceIndex = 0, stopTokens = [] } = request
         const r = yield* residents.resident("generation")
         if (generations.has(request.generationId)) {
           return yield* Effect.fail(invalid("generationId", request.generationId, "already begun"))
@@ -143,7 +128,7 @@ export const make = (
         if (request.prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
         yield* checkPositiveInt("maxTokens", request.maxTokens)
         yield* checkPositiveInt("prefillChunk", request.prefillChunk)
-        const sequence = yield* idleSequence(request.sequence)
+        const sequence = yield* idleSequence(sequenceIndex)
         yield* checkPromptTokens(request.prompt, r.vocabularySize)
         const constraint = request.jsonSchema === undefined || request.prefillOnly === true
           ? undefined
@@ -162,7 +147,7 @@ export const make = (
         const keep = request.reuseOnGrid === true
           ? wholeChunksCached(sequence.contextTokens, candidates, prefillChunk)
           : candidates
-        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
+        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), lane)
         const reused = sequence.nextTokenIndex
         // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
         if (ended.delete(request.generationId)) {
@@ -170,15 +155,15 @@ export const make = (
         }
         generations.set(request.generationId, {
           id: request.generationId,
-          sequenceIndex: request.sequence,
+          sequenceIndex,
           sequence,
           model: r.model,
           prompt: request.prompt as Array<Token>,
           sampling: request.sampling,
           maxTokens: request.maxTokens,
-          stopTokens: new Set(request.stopTokens),
+          stopTokens: new Set(stopTokens),
           prefillChunk,
-          lane: request.lane,
+          lane,
           prefillOnly: request.prefillOnly === true,
           constraint,
           prefilled: reused,
