@@ -41,10 +41,10 @@ export {
   Usage
 } from "./domain/Inference.js"
 
-// Every way a Provider call fails: the union and its members (EngineError's own members are
-// reached through its union).
+// Every way a Provider call fails: the union and its members (the engine child's own errors are
+// mapped to these at the worker and never reach a caller).
 export { InvalidCheckpoint, InvalidRequest, ProviderError, QueueFull, QueueTimeout } from "./services/ProviderError.js"
-export { EngineError, EngineUnavailable, GenerationFailed } from "./domain/EngineError.js"
+export { EngineFailure, EngineUnavailable, GenerationFailed, TemplateError } from "./domain/EngineError.js"
 export { ContextAdmissionFailed, ContextExceeded, RoleNotAdmitted, WorkspaceTooLarge } from "./services/AdmissionError.js"
 export { MalformedChannel } from "./services/ChannelDecoder.js"
 

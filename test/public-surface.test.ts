@@ -54,7 +54,8 @@ describe("public surface", () => {
         "Usage",
         // the Provider's errors
         "ProviderError",
-        "EngineError",
+        "EngineFailure",
+        "TemplateError",
         "EngineUnavailable",
         "GenerationFailed",
         "ContextAdmissionFailed",

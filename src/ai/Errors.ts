@@ -13,7 +13,6 @@ export const toAiError = (module: string, method: string) => (error: ProviderErr
   switch (error._tag) {
     case "InvalidRequest":
     case "InvalidCheckpoint":
-    case "InvalidEngineRequest":
     case "ContextExceeded":
     case "TemplateError":
       return new AiError.MalformedInput(params)
@@ -22,10 +21,7 @@ export const toAiError = (module: string, method: string) => (error: ProviderErr
     case "EngineUnavailable":
     case "GenerationFailed":
     case "EngineFailure":
-    case "RoleNotLoaded":
     case "RoleNotAdmitted":
-    case "ModelLoadFailed":
-    case "UnknownGeneration":
     case "ContextAdmissionFailed":
     case "WorkspaceTooLarge":
     case "QueueFull":

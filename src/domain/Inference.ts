@@ -79,6 +79,20 @@ export const Checkpoint = Schema.Struct({
 })
 export type Checkpoint = typeof Checkpoint.Type
 
+/**
+ * Structured output, decoded under a grammar in the engine: `json` is any JSON object; `jsonSchema`
+ * is an object matching a JSON schema (the subset node-llama-cpp's JSON-schema grammar expresses:
+ * type, properties, additionalProperties, min/maxProperties, items, prefixItems, min/maxItems,
+ * enum, const, oneOf, $ref into $defs, string min/maxLength and date/time formats). Every listed
+ * object property is produced (the grammar makes them all required). Thinking is disabled for such
+ * a request: the grammar covers the whole output. Cut by maxTokens, the text is not valid JSON.
+ */
+export const ResponseFormat = Schema.Union(
+  Schema.Struct({ type: Schema.Literal("json") }),
+  Schema.Struct({ type: Schema.Literal("jsonSchema"), schema: Schema.Record({ key: Schema.String, value: Schema.Unknown }) })
+)
+export type ResponseFormat = typeof ResponseFormat.Type
+
 export const GenerateRequest = Schema.Struct({
   messages: Schema.Array(ChatMessage),
   /** Conversation id: turns of one conversation share a sequence and its cache. */
@@ -95,12 +109,22 @@ export const GenerateRequest = Schema.Struct({
   /** Tools the model may call (names unique); its calls come back as ToolCall chunks. */
   tools: Schema.optional(Schema.Array(ToolDefinition)),
   /** False asks the template to skip thinking (Qwen3's `enable_thinking`); absent leaves it to the template. */
-  thinking: Schema.optional(Schema.Boolean)
+  thinking: Schema.optional(Schema.Boolean),
+  /** Constrain the answer to JSON (any object, or a JSON schema) with a grammar in the engine. */
+  responseFormat: Schema.optional(ResponseFormat)
 })
 export type GenerateRequest = typeof GenerateRequest.Type
 
-/** `toolCalls`: the turn ended after at least one well-formed tool call. */
-export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopString", "toolCalls")
+/**
+ * Every way a generation stops, one literal set: the engine stops at max tokens, at the end of
+ * generation or on a stop token (src/domain/Generation.ts); the host stops on a stop string, or
+ * reports `toolCalls` when the turn ended after at least one well-formed tool call. The public
+ * reason is its subset below (a stop token is reported as the end of generation).
+ */
+export const GenerationStop = Schema.Literal("maxTokens", "endOfGeneration", "stopToken", "stopString", "toolCalls")
+export type GenerationStop = typeof GenerationStop.Type
+
+export const StopReason = GenerationStop.pipe(Schema.pickLiteral("maxTokens", "endOfGeneration", "stopString", "toolCalls"))
 export type StopReason = typeof StopReason.Type
 
 /** How much of the prompt came from cache, and from which kind of reuse. */
@@ -185,9 +209,14 @@ export const LabelDecision = Schema.Struct({
   /** Teacher-forced log-likelihood of the label after the prompt, in nats. */
   logLikelihood: Schema.Number
 })
+export type LabelDecision = typeof LabelDecision.Type
+
+/** A decision head with each label's decision. */
+export const HeadDecision = Schema.Struct({ ...DecisionHead.fields, labels: Schema.Array(LabelDecision) })
+export type HeadDecision = typeof HeadDecision.Type
 
 export const DecideResult = Schema.Struct({
-  heads: Schema.Array(Schema.Struct({ name: Schema.String, labels: Schema.Array(LabelDecision) })),
+  heads: Schema.Array(HeadDecision),
   promptTokens: Schema.NonNegativeInt,
   queueMillis: Schema.Number,
   totalMillis: Schema.Number

@@ -22,7 +22,7 @@ import * as Templates from "./engine/Templates.js"
 import type { FaultHooks } from "./engine/Faults.js"
 import type { ChatMessage, HelloInfo, LoadEvent, MemoryReading, ModelPlan, Role, TemplateInputs } from "./Protocol.js"
 
-export type { BeginRequest } from "./engine/Generation.js"
+export type { BeginRequest } from "./Protocol.js"
 export type { FaultHooks } from "./engine/Faults.js"
 export type { EngineOptions } from "./engine/Llama.js"
 

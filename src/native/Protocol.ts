@@ -14,7 +14,8 @@ import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcGroup from "@effect/rpc/RpcGroup"
 import * as Schema from "effect/Schema"
 import { EngineError } from "../domain/EngineError.js"
-import { ChatMessage, Lane, Role, Sampling, ToolDefinition } from "../domain/Inference.js"
+import { AdvanceEvent, ScoreEvent, TokenGenerateRequest, TokenId, Tokens } from "../domain/Generation.js"
+import { ChatMessage, DecisionHead, Role, ToolDefinition } from "../domain/Inference.js"
 
 export const PROTOCOL_VERSION = 1
 
@@ -25,14 +26,21 @@ export const PROTOCOL_VERSION = 1
  */
 export const DECODE_RUN_AHEAD = 4
 
-export { ChatMessage, ChatRole, Lane, Role, Sampling, ToolDefinition } from "../domain/Inference.js"
+export { ChatMessage, ChatRole, DecisionHead, Lane, Role, Sampling, ToolDefinition } from "../domain/Inference.js"
+export {
+  AdvanceEvent,
+  EngineStopReason,
+  HeadScore,
+  LabelScore,
+  ScoreEvent,
+  TokenGenerateRequest,
+  Tokens
+} from "../domain/Generation.js"
 
 export const Backend = Schema.Literal("cpu", "cuda", "vulkan", "metal")
 export type Backend = typeof Backend.Type
 
 const Bytes = Schema.NonNegativeInt
-const TokenId = Schema.NonNegativeInt
-export const Tokens = Schema.Array(TokenId)
 
 export class DeviceInfo extends Schema.Class<DeviceInfo>("DeviceInfo")({
   name: Schema.String,
@@ -106,46 +114,13 @@ export const LoadEvent = Schema.Union(
 )
 export type LoadEvent = typeof LoadEvent.Type
 
-export const StopReason = Schema.Literal("maxTokens", "endOfGeneration", "stopToken")
-export type StopReason = typeof StopReason.Type
-
-export const AdvanceEvent = Schema.Union(
-  Schema.TaggedStruct("Prefilled", { done: Schema.Int, total: Schema.Int }),
-  Schema.TaggedStruct("Token", {
-    index: Schema.Int,
-    token: TokenId,
-    text: Schema.String,
-    /** The token's probability under the sampling options, when asked for. */
-    confidence: Schema.optional(Schema.Number)
-  }),
-  Schema.TaggedStruct("Finished", { reason: StopReason, generated: Schema.Int })
-)
-export type AdvanceEvent = typeof AdvanceEvent.Type
-
-export class LabelScore extends Schema.Class<LabelScore>("LabelScore")({
-  label: Schema.String,
-  tokens: Schema.Int,
-  /** Teacher-forced log-likelihood of the label's tokens after the prompt, in nats. */
-  logLikelihood: Schema.Number,
-  /** Softmax of the log-likelihoods over the head's labels. */
-  probability: Schema.Number,
-  /** 1 is the most probable. */
-  rank: Schema.Int
-}) {}
-
-export class HeadScore extends Schema.Class<HeadScore>("HeadScore")({
-  name: Schema.String,
-  labels: Schema.Array(LabelScore)
-}) {}
-
-export const HeadRequest = Schema.Struct({ name: Schema.String, labels: Schema.Array(Schema.String) })
-
-/** A score's progress: one Prefilled per prompt chunk (the host's step deadline is per event), then Scored. */
-export const ScoreEvent = Schema.Union(
-  Schema.TaggedStruct("Prefilled", { done: Schema.Int, total: Schema.Int }),
-  Schema.TaggedStruct("Scored", { heads: Schema.Array(HeadScore) })
-)
-export type ScoreEvent = typeof ScoreEvent.Type
+/** Begin's payload: the token-level request, plus the generation's id and the prefill chunk size. */
+export const BeginRequest = Schema.Struct({
+  ...TokenGenerateRequest.fields,
+  generationId: Schema.String,
+  prefillChunk: Schema.Int
+})
+export type BeginRequest = typeof BeginRequest.Type
 
 /** What a chat template reads beside the messages: the tools offered, and whether to think. */
 export const TemplateInputs = Schema.Struct({
@@ -206,22 +181,7 @@ export class EngineRpcs extends RpcGroup.make(
     error: EngineError
   }),
   Rpc.make("Begin", {
-    payload: {
-      generationId: Schema.String,
-      lane: Lane,
-      sequence: Schema.Int,
-      prompt: Tokens,
-      sampling: Sampling,
-      maxTokens: Schema.Int,
-      stopTokens: Tokens,
-      prefillChunk: Schema.Int,
-      /** Only prefill the whole prompt (preparation): no token is sampled. */
-      prefillOnly: Schema.optional(Schema.Boolean),
-      /** Report each sampled token's probability. */
-      confidence: Schema.optional(Schema.Boolean),
-      /** Reuse only whole prefill chunks of the cached prefix (batches then split as in a cold run). */
-      reuseOnGrid: Schema.optional(Schema.Boolean)
-    },
+    payload: BeginRequest,
     success: Schema.Struct({ reusedTokens: Schema.Int }),
     error: EngineError
   }),
@@ -234,7 +194,7 @@ export class EngineRpcs extends RpcGroup.make(
   Rpc.make("End", { payload: { generationId: Schema.String } }),
   /** Scores labels on the decision model; the prompt is prefilled in chunks of `prefillChunk` tokens. */
   Rpc.make("Score", {
-    payload: { prompt: Tokens, heads: Schema.Array(HeadRequest), prefillChunk: Schema.Int },
+    payload: { prompt: Tokens, heads: Schema.Array(DecisionHead), prefillChunk: Schema.Int },
     success: ScoreEvent,
     error: EngineError,
     stream: true

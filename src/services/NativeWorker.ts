@@ -24,28 +24,31 @@ import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import type { RpcClientError } from "@effect/rpc/RpcClientError"
 import type * as Stream from "effect/Stream"
-import type { EngineError, EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
-import type { ChatMessage, HeadScore, Role, TemplateInputs } from "../native/Protocol.js"
+import type { EngineError, GenerationFailed } from "../domain/EngineError.js"
+import type { GenerationEvent, HeadScore, TokenGenerateRequest } from "../domain/Generation.js"
+import type { ChatMessage, DecisionHead, EngineState, Role } from "../domain/Inference.js"
+import type { TemplateInputs } from "../native/Protocol.js"
+import { publicError, type WorkerError } from "./worker/ChildErrors.js"
 import { retryOnce, unavailable } from "./worker/ChildFaults.js"
 import type { Incarnation } from "./worker/Incarnation.js"
 import * as Generation from "./worker/Generation.js"
 import { NativeWorkerConfig } from "./worker/NativeWorkerConfig.js"
-import type { WorkerReadiness, WorkerState } from "./worker/Readiness.js"
+import type { WorkerReadiness } from "./worker/Readiness.js"
 import * as Scoring from "./worker/Scoring.js"
 import * as Supervisor from "./worker/Supervisor.js"
 import { ChildResources, type Planner, WorkerAdmission } from "./worker/WorkerHooks.js"
 
-export type { GenerateRequest, GenerationEvent } from "./worker/Generation.js"
+export type { GenerationEvent, TokenGenerateRequest } from "../domain/Generation.js"
 export { NativeWorkerConfig, type NativeWorkerConfigShape, type RoleModel } from "./worker/NativeWorkerConfig.js"
-export type { RecoveryAction, WorkerReadiness, WorkerState } from "./worker/Readiness.js"
+export type { RecoveryAction, WorkerReadiness } from "./worker/Readiness.js"
 export type { MeasuredGrowth, Planner } from "./worker/WorkerHooks.js"
 export { ChildResources, layerNoop as hooksNoop, WorkerAdmission } from "./worker/WorkerHooks.js"
 
-export type WorkerError = EngineError | EngineUnavailable
+export type { WorkerError } from "./worker/ChildErrors.js"
 
 export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWorker, {
   /** Streams a generation's steps: Started (with reused prompt tokens), Prefilled chunks, Tokens, Finished. */
-  readonly generate: (request: Generation.GenerateRequest) => Stream.Stream<Generation.GenerationEvent, WorkerError | GenerationFailed>
+  readonly generate: (request: TokenGenerateRequest) => Stream.Stream<GenerationEvent, WorkerError | GenerationFailed>
   /**
    * Per head, each label's teacher-forced log-likelihood, probability and rank, from the decision
    * model. The prompt is prefilled in chunks of `prefillChunk` tokens, each a step of its own:
@@ -54,7 +57,7 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
    */
   readonly score: (
     prompt: ReadonlyArray<number>,
-    heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>,
+    heads: ReadonlyArray<DecisionHead>,
     onPrefilled?: (done: number, total: number) => Effect.Effect<void>
   ) => Effect.Effect<ReadonlyArray<HeadScore>, WorkerError>
   readonly tokenize: (role: Role, text: string, specialTokens?: boolean) => Effect.Effect<ReadonlyArray<number>, WorkerError>
@@ -84,7 +87,7 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
   readonly plan: Planner
   readonly readiness: Effect.Effect<WorkerReadiness>
   /** Readiness states as they change (the current one first). */
-  readonly states: Stream.Stream<WorkerState>
+  readonly states: Stream.Stream<EngineState>
   /** Asks for a repair now: a failed worker tries again at once; a ready one is left alone. */
   readonly repair: Effect.Effect<void>
 }>() {}
@@ -98,7 +101,7 @@ export const make: Effect.Effect<
   const supervisor = yield* Supervisor.make
   const call = <A, E extends EngineError>(
     f: (incarnation: Incarnation) => Effect.Effect<A, E | RpcClientError>
-  ) => unavailable(retryOnce(supervisor.onReady(f)))
+  ) => Effect.mapError(unavailable(retryOnce(supervisor.onReady(f))), publicError)
   return NativeWorker.of({
     generate: Generation.make(supervisor, config),
     score: yield* Scoring.make(supervisor, config),
@@ -112,9 +115,12 @@ export const make: Effect.Effect<
     saveState: (sequence, path) =>
       unavailable(supervisor.onReady((i) =>
         Effect.map(i.child.client.SaveState({ sequence, path }), (r) => ({ ...r, incarnation: i.number }))
-      )),
-    restoreState: (sequence, path) => unavailable(supervisor.onReady((i) => i.child.client.RestoreState({ sequence, path }))),
-    plan: (modelPath, contextSizes, sequences) => call((i) => i.child.client.Plan({ modelPath, contextSizes, sequences })),
+      )).pipe(Effect.mapError(publicError)),
+    restoreState: (sequence, path) =>
+      unavailable(supervisor.onReady((i) => i.child.client.RestoreState({ sequence, path }))).pipe(Effect.mapError(publicError)),
+    // The planner is admission's (internal): its errors stay the engine's own.
+    plan: (modelPath, contextSizes, sequences) =>
+      unavailable(retryOnce(supervisor.onReady((i) => i.child.client.Plan({ modelPath, contextSizes, sequences })))),
     readiness: supervisor.readiness,
     states: supervisor.states,
     repair: supervisor.repair

@@ -2,8 +2,9 @@
  * Provider: the public Effect API of the runtime. Embedders, the RPC server and the command line
  * call only this. `generate` streams channel-tagged text and ends with usage, timings, the stop
  * reason and a checkpoint; `decide` scores labels on the decision model; `count` gives exact token
- * counts through the chat template and `tokenize` the tokens themselves; `prepare` prefills a conversation's expected prompt while the
- * engine is idle; `readiness` reports the engine, the device budget and the admitted contexts.
+ * counts through the chat template and `tokenize` the tokens themselves; `prepare` prefills a
+ * conversation's expected prompt while the engine is idle; `readiness` reports the engine, the
+ * device budget and the admitted contexts.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -38,7 +39,8 @@ import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
-import { invalid, MAX_HEADS, validateGenerate, validateMessages } from "./provider/Validation.js"
+import { ValidCountRequest, ValidDecideRequest, ValidGenerateRequest, ValidPrepareRequest } from "../domain/RequestRules.js"
+import { invalid, jsonSchemaOf, validate } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -63,11 +65,10 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
 const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
   Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
 
-/** The chunks one engine event yields, and whether the output ends with them. */
-interface Step {
-  readonly chunks: ReadonlyArray<GenerateChunk>
-  readonly last: boolean
-}
+const validateGenerate = validate(ValidGenerateRequest)
+const validateDecide = validate(ValidDecideRequest)
+const validateCount = validate(ValidCountRequest)
+const validatePrepare = validate(ValidPrepareRequest)
 
 /** What the chat template reads beside the messages. */
 const templateInputsOf = (request: GenerateRequest): TemplateInputs => ({
@@ -113,8 +114,10 @@ export const make = Effect.gen(function*() {
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
       const inputs = templateInputsOf(request)
+      // With a response format the grammar covers the whole output: the new turn skips thinking.
+      const turnInputs: TemplateInputs = request.responseFormat === undefined ? inputs : { ...inputs, thinking: false }
       if (checkpoint === undefined || conversation === undefined) {
-        return { tokens: yield* worker.render("generation", request.messages, true, inputs), continued: false }
+        return { tokens: yield* worker.render("generation", request.messages, true, turnInputs), continued: false }
       }
       if (request.conversation !== undefined && checkpoint.conversation !== request.conversation) {
         return yield* new InvalidCheckpoint({
@@ -130,7 +133,8 @@ export const make = Effect.gen(function*() {
       const texts = {
         assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true, inputs),
         history: yield* worker.renderText("generation", history, false, inputs),
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true, inputs)
+        // Only the new turn's assistant prompt depends on the response format's thinking rule.
+        full: yield* worker.renderText("generation", [...history, ...split.turn], true, turnInputs)
       }
       const parts = Continuation.continuationTexts(texts, assistant.content)
       if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
@@ -149,6 +153,7 @@ export const make = Effect.gen(function*() {
       Effect.gen(function*() {
         const submitted = yield* Clock.currentTimeMillis
         yield* validateGenerate(request)
+        const jsonSchema = request.responseFormat === undefined ? undefined : yield* jsonSchemaOf(request.responseFormat)
         const conversation = conversationOf(request)
         const { continued, tokens: prompt } = yield* promptOf(request)
         yield* admission.checkTokens("generation", prompt.length, request.maxTokens)
@@ -169,6 +174,8 @@ export const make = Effect.gen(function*() {
         let lastTokenAt: number | undefined
         let stopReason: StopReason = "maxTokens"
         let truncatedChannel: OpenChannel | null = null
+        /** Set by the event that ends the output (a stop string or the engine's Finished). */
+        let ended = false
 
         const steps = worker.generate({
           prompt,
@@ -181,38 +188,43 @@ export const make = Effect.gen(function*() {
           // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
           // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
           // its history like a cold run.
-          reuseOnGrid: !continued || attached === "absent"
+          reuseOnGrid: !continued || attached === "absent",
+          jsonSchema
         }).pipe(
-          Stream.mapEffect((event): Effect.Effect<Step, ProviderError> =>
+          Stream.mapEffect((event): Effect.Effect<ReadonlyArray<GenerateChunk>, ProviderError> =>
             Effect.gen(function*() {
               const now = yield* Clock.currentTimeMillis
               firstStepAt ??= now
               switch (event._tag) {
                 case "Started":
                   reused = event.reusedTokens
-                  return { chunks: [], last: false }
+                  return []
                 case "Prefilled":
-                  return { chunks: [], last: false }
+                  return []
                 case "Token": {
                   generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
                   const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence))
-                  if (stopped) stopReason = "stopString"
-                  return { chunks, last: stopped }
+                  if (stopped) {
+                    stopReason = "stopString"
+                    ended = true
+                  }
+                  return chunks
                 }
                 case "Finished": {
                   const end = yield* fromEither(output.finish(event.reason === "maxTokens"))
                   truncatedChannel = end.truncated
                   stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
-                  return { chunks: end.chunks, last: true }
+                  ended = true
+                  return end.chunks
                 }
               }
             })
           ),
           // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
-          Stream.takeUntil((step) => step.last),
-          Stream.mapConcat((step) => step.chunks)
+          Stream.takeUntil(() => ended),
+          Stream.flattenIterables
         )
 
         const done = Effect.gen(function*() {
@@ -259,10 +271,7 @@ export const make = Effect.gen(function*() {
   const decide = (request: DecideRequest) =>
     Effect.scoped(Effect.gen(function*() {
       const submitted = yield* Clock.currentTimeMillis
-      if (request.heads.length === 0) return yield* invalid("heads", request.heads, "at least one head is needed")
-      if (request.heads.length > MAX_HEADS) return yield* invalid("heads", request.heads.length, `at most ${MAX_HEADS} heads`)
-      if (typeof request.prompt !== "string") yield* validateMessages(request.prompt)
-      else if (request.prompt.length === 0) return yield* invalid("prompt", request.prompt, "must not be empty")
+      yield* validateDecide(request)
       const prompt = typeof request.prompt === "string"
         ? yield* worker.tokenize("decision", request.prompt)
         : yield* worker.render("decision", request.prompt)
@@ -288,11 +297,10 @@ export const make = Effect.gen(function*() {
   const tokenize = (request: TokenizeRequest) =>
     Effect.gen(function*() {
       const role = request.role ?? "generation"
-      const tokens = request.messages !== undefined && request.text === undefined
-        ? yield* Effect.zipRight(validateMessages(request.messages), worker.render(role, request.messages))
-        : request.text !== undefined && request.messages === undefined
-        ? yield* worker.tokenize(role, request.text)
-        : yield* invalid("request", Object.keys(request), "give exactly one of messages or text")
+      yield* validateCount(request)
+      const tokens = request.messages !== undefined
+        ? yield* worker.render(role, request.messages)
+        : yield* worker.tokenize(role, request.text ?? "")
       return { role, tokens, admittedContext: yield* admission.contextOf(role) } satisfies TokenizeResult
     })
 
@@ -307,12 +315,9 @@ export const make = Effect.gen(function*() {
    */
   const prepare = (request: PrepareRequest): Effect.Effect<PrepareResult, ProviderError> =>
     Effect.gen(function*() {
+      yield* validatePrepare(request)
       const conversation = request.conversation
-      if (conversation.length === 0 || conversation.length > 256) {
-        return yield* invalid("conversation", conversation, "must be 1 to 256 characters")
-      }
       const messages = [...request.prefix, ...request.history]
-      yield* validateMessages(messages)
       const rendered = yield* worker.render("generation", messages, false)
       const chunk = prefillChunk
       const tokens = rendered.slice(0, Math.floor(rendered.length / chunk) * chunk)

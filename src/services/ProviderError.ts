@@ -3,7 +3,7 @@
  * carries the facts a user needs (which limit, which value) and crosses the RPC boundary intact.
  */
 import * as Schema from "effect/Schema"
-import { EngineError, EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
+import { EngineFailure, EngineUnavailable, GenerationFailed, TemplateError } from "../domain/EngineError.js"
 import {
   ContextAdmissionFailed,
   ContextExceeded,
@@ -54,8 +54,13 @@ export class InvalidCheckpoint extends Schema.TaggedError<InvalidCheckpoint>()("
   }
 }
 
+/**
+ * The engine's errors appear as their public forms only (the worker maps the child's own refusals:
+ * src/services/worker/ChildErrors.ts).
+ */
 export const ProviderError = Schema.Union(
-  EngineError,
+  EngineFailure,
+  TemplateError,
   EngineUnavailable,
   GenerationFailed,
   ContextAdmissionFailed,

@@ -124,7 +124,7 @@ describe("Provider budgets and validation", () => {
         }))
         assert.match(manyHeads.message, /at most 16 heads/)
         const dupLabels = yield* Effect.flip(provider.decide({ prompt: "x", heads: [{ name: "h", labels: ["a", "a"] }] }))
-        assert.strictEqual(dupLabels._tag, "InvalidEngineRequest")
+        assert.strictEqual(dupLabels._tag, "InvalidRequest")
         const both = yield* Effect.flip(provider.count({ messages, text: "x" }))
         assert.match(both.message, /exactly one of messages or text/)
         const status = yield* (yield* Scheduler).status

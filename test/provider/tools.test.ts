@@ -21,7 +21,7 @@ import type { Script } from "../../fixtures/script.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest, ToolDefinition } from "../../src/domain/Inference.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
-import { MAX_TOOLS, MAX_TOOLS_BYTES } from "../../src/services/provider/Validation.js"
+import { MAX_TOOLS, MAX_TOOLS_BYTES } from "../../src/domain/RequestRules.js"
 import { runtimeLayer } from "../support/engine.js"
 
 const weather: ToolDefinition = {

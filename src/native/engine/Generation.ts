@@ -18,26 +18,13 @@ import {
   UnknownGeneration
 } from "../../domain/EngineError.js"
 import type { Failpoints } from "../Failpoints.js"
-import { type AdvanceEvent, DECODE_RUN_AHEAD, type Lane, type Sampling, type StopReason } from "../Protocol.js"
+import { type AdvanceEvent, type BeginRequest, DECODE_RUN_AHEAD, type EngineStopReason, type Lane, type Sampling } from "../Protocol.js"
 import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import { afterDecodedToken, type FaultHooks } from "./Faults.js"
+import * as Grammars from "./Grammars.js"
 import type { Native } from "./Llama.js"
 import { wholeChunksCached } from "./PrefixReuse.js"
 import type { Residents } from "./Residents.js"
-
-export interface BeginRequest {
-  readonly generationId: string
-  readonly lane: Lane
-  readonly sequence: number
-  readonly prompt: ReadonlyArray<number>
-  readonly sampling: Sampling
-  readonly maxTokens: number
-  readonly stopTokens: ReadonlyArray<number>
-  readonly prefillChunk: number
-  readonly prefillOnly?: boolean | undefined
-  readonly confidence?: boolean | undefined
-  readonly reuseOnGrid?: boolean | undefined
-}
 
 export interface Generations {
   /** Registers a generation on an idle sequence; answers how many prompt tokens its cache already held. */
@@ -66,6 +53,8 @@ interface Generation {
   readonly lane: Lane
   /** Prefill the whole prompt and finish without sampling. */
   readonly prefillOnly: boolean
+  /** Sampling under a grammar: its evaluation state (this generation's own) and the banned special tokens. */
+  readonly constraint: Grammars.Constraint | undefined
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
   iterator: AsyncGenerator<{ readonly token: Token; readonly confidence?: number }, void, void | Token | Token[]> | undefined
@@ -76,7 +65,7 @@ interface Generation {
   readonly texts: Array<string>
   /** Tokens whose text is held back until their UTF-8 sequence completes. */
   pendingText: Array<number>
-  finished: StopReason | undefined
+  finished: EngineStopReason | undefined
 }
 
 /** How many ended-before-begun generation ids the engine remembers. */
@@ -104,6 +93,7 @@ export const make = (
 ): Effect.Effect<Generations, never, Scope.Scope> =>
   Effect.gen(function*() {
     const { options, step } = native
+    const grammars = Grammars.make(native.llama)
     const failpoints: Failpoints | undefined = faults?.failpoints
     const decoded = afterDecodedToken(faults)
     let decodedTokens = 0
@@ -130,6 +120,7 @@ export const make = (
 
     const begin = (request: BeginRequest) =>
       Effect.gen(function*() {
+        const { lane = "foreground", sequence: sequenceIndex = 0, stopTokens = [] } = request
         const r = yield* residents.resident("generation")
         if (generations.has(request.generationId)) {
           return yield* Effect.fail(invalid("generationId", request.generationId, "already begun"))
@@ -137,8 +128,11 @@ export const make = (
         if (request.prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
         yield* checkPositiveInt("maxTokens", request.maxTokens)
         yield* checkPositiveInt("prefillChunk", request.prefillChunk)
-        const sequence = yield* idleSequence(request.sequence)
+        const sequence = yield* idleSequence(sequenceIndex)
         yield* checkPromptTokens(request.prompt, r.vocabularySize)
+        const constraint = request.jsonSchema === undefined || request.prefillOnly === true
+          ? undefined
+          : yield* grammars.constraint(r.model, request.jsonSchema)
         const needed = request.prompt.length + request.maxTokens
         if (needed > r.context.contextSize) {
           return yield* Effect.fail(
@@ -153,7 +147,7 @@ export const make = (
         const keep = request.reuseOnGrid === true
           ? wholeChunksCached(sequence.contextTokens, candidates, prefillChunk)
           : candidates
-        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), request.lane)
+        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), lane)
         const reused = sequence.nextTokenIndex
         // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
         if (ended.delete(request.generationId)) {
@@ -161,16 +155,17 @@ export const make = (
         }
         generations.set(request.generationId, {
           id: request.generationId,
-          sequenceIndex: request.sequence,
+          sequenceIndex,
           sequence,
           model: r.model,
           prompt: request.prompt as Array<Token>,
           sampling: request.sampling,
           maxTokens: request.maxTokens,
-          stopTokens: new Set(request.stopTokens),
+          stopTokens: new Set(stopTokens),
           prefillChunk,
-          lane: request.lane,
+          lane,
           prefillOnly: request.prefillOnly === true,
+          constraint,
           prefilled: reused,
           iterator: undefined,
           confidence: request.confidence === true,
@@ -216,7 +211,8 @@ export const make = (
             temperature: g.sampling.temperature,
             ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
             ...(g.sampling.topP !== undefined ? { topP: g.sampling.topP } : {}),
-            ...(g.sampling.seed !== undefined ? { seed: g.sampling.seed } : {})
+            ...(g.sampling.seed !== undefined ? { seed: g.sampling.seed } : {}),
+            ...g.constraint
           })
           const next = await g.iterator.next()
           if (next.done === true) throw new Error("the sequence ended its evaluation")

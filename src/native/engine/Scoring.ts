@@ -11,16 +11,11 @@ import * as Stream from "effect/Stream"
 import type { Token } from "node-llama-cpp"
 import { type EngineError, EngineFailure } from "../../domain/EngineError.js"
 import type { Failpoints } from "../Failpoints.js"
-import { HeadScore, LabelScore, type ScoreEvent } from "../Protocol.js"
+import type { DecisionHead, HeadScore, ScoreEvent } from "../Protocol.js"
 import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import type { Native } from "./Llama.js"
 import { wholeChunksCached } from "./PrefixReuse.js"
 import type { Residents } from "./Residents.js"
-
-export interface Head {
-  readonly name: string
-  readonly labels: ReadonlyArray<string>
-}
 
 export interface Scoring {
   /**
@@ -30,17 +25,17 @@ export interface Scoring {
    */
   readonly score: (
     prompt: ReadonlyArray<number>,
-    heads: ReadonlyArray<Head>,
+    heads: ReadonlyArray<DecisionHead>,
     prefillChunk: number
   ) => Stream.Stream<ScoreEvent, EngineError>
 }
 
 /** A head's labels with their log-likelihoods, softmax probabilities over the head, and ranks. */
 const headScore = (
-  head: Head,
+  head: DecisionHead,
   labelTokens: ReadonlyMap<string, ReadonlyArray<number>>,
   logLikelihoods: ReadonlyMap<string, number>
-) => {
+): HeadScore => {
   const lls = head.labels.map((l) => logLikelihoods.get(l)!)
   const max = Math.max(...lls)
   const weights = lls.map((ll) => (Number.isFinite(ll) ? Math.exp(ll - max) : 0))
@@ -49,22 +44,20 @@ const headScore = (
   const order = head.labels.map((_, i) => i).sort((a, b) => probabilities[b]! - probabilities[a]! || a - b)
   const ranks = new Array<number>(order.length)
   order.forEach((labelIndex, position) => (ranks[labelIndex] = position + 1))
-  return new HeadScore({
+  return {
     name: head.name,
-    labels: head.labels.map((label, i) =>
-      new LabelScore({
-        label,
-        tokens: labelTokens.get(label)!.length,
-        logLikelihood: lls[i]!,
-        probability: probabilities[i]!,
-        rank: ranks[i]!
-      })
-    )
-  })
+    labels: head.labels.map((label, i) => ({
+      label,
+      tokens: labelTokens.get(label)!.length,
+      logLikelihood: lls[i]!,
+      probability: probabilities[i]!,
+      rank: ranks[i]!
+    }))
+  }
 }
 
 /** Distinct head names, each head with distinct non-empty labels. */
-const checkHeads = (heads: ReadonlyArray<Head>) =>
+const checkHeads = (heads: ReadonlyArray<DecisionHead>) =>
   Effect.gen(function*() {
     const names = new Set<string>()
     for (const head of heads) {
@@ -92,7 +85,7 @@ export const make = (
 
     const score = (
       prompt: ReadonlyArray<number>,
-      heads: ReadonlyArray<Head>,
+      heads: ReadonlyArray<DecisionHead>,
       prefillChunk: number
     ): Stream.Stream<ScoreEvent, EngineError> =>
       Stream.unwrapScoped(Effect.gen(function*() {

@@ -8,45 +8,19 @@ import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
 import { type EngineError, type EngineUnavailable, GenerationFailed } from "../../domain/EngineError.js"
-import type { AdvanceEvent, Lane, Sampling } from "../../native/Protocol.js"
+import type { GenerationEvent, TokenGenerateRequest } from "../../domain/Generation.js"
+import { publicError, type WorkerError } from "./ChildErrors.js"
 import { guarded, guardedStream, retryOnce, unavailable } from "./ChildFaults.js"
 import type { Incarnation } from "./Incarnation.js"
 import type { NativeWorkerConfigShape } from "./NativeWorkerConfig.js"
 import type { Supervisor } from "./Supervisor.js"
-
-export interface GenerateRequest {
-  readonly prompt: ReadonlyArray<number>
-  readonly maxTokens: number
-  readonly sampling: Sampling
-  readonly stopTokens?: ReadonlyArray<number> | undefined
-  /** The generation-role sequence (slot) to run on. Default 0. */
-  readonly sequence?: number | undefined
-  /** The lane its steps queue in at the engine's step gate. Default foreground. */
-  readonly lane?: Lane | undefined
-  /** Only prefill the prompt into the sequence (preparation); nothing is sampled. */
-  readonly prefillOnly?: boolean | undefined
-  /** Report each sampled token's probability on its Token event. */
-  readonly confidence?: boolean | undefined
-  /**
-   * Reuse only whole prefill chunks of the cached prefix: the rest is prefilled in the same batches
-   * as a cold run, so probabilities are bit-identical to it when the kept part was prefilled too.
-   */
-  readonly reuseOnGrid?: boolean | undefined
-}
-
-/**
- * A generation's events. `Started` comes first; when the child fails before the first token was
- * delivered, the generation starts again on the replacement and `Started` (with that child's
- * reuse) comes once more, followed by its Prefilled and Token events from the beginning.
- */
-export type GenerationEvent = AdvanceEvent | { readonly _tag: "Started"; readonly reusedTokens: number }
 
 export type GenerationError = EngineError | EngineUnavailable | GenerationFailed
 
 /** Streams a generation on the supervisor's ready child. */
 export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) => {
   /** One attempt; `mayRetry`: a failure before the first token starts it again (once). */
-  const generation = (request: GenerateRequest, mayRetry: boolean): Stream.Stream<GenerationEvent, GenerationError> =>
+  const generation = (request: TokenGenerateRequest, mayRetry: boolean): Stream.Stream<GenerationEvent, GenerationError> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
         const generationId = Crypto.randomUUID()
@@ -69,19 +43,7 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
             Effect.sync(() => {
               begunOn = incarnation
             }),
-            incarnation.child.client.Begin({
-              generationId,
-              lane: request.lane ?? "foreground",
-              sequence: request.sequence ?? 0,
-              prompt: request.prompt,
-              sampling: request.sampling,
-              maxTokens: request.maxTokens,
-              stopTokens: request.stopTokens ?? [],
-              prefillChunk: config.prefillChunk,
-              prefillOnly: request.prefillOnly,
-              confidence: request.confidence,
-              reuseOnGrid: request.reuseOnGrid
-            }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
+            incarnation.child.client.Begin({ ...request, generationId, prefillChunk: config.prefillChunk }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
           )
         )))
         let delivered = 0
@@ -108,5 +70,7 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
       })
     )
 
-  return (request: GenerateRequest) => generation(request, true)
+  // Mapped once, when the stream fails: nothing more per event.
+  return (request: TokenGenerateRequest): Stream.Stream<GenerationEvent, WorkerError | GenerationFailed> =>
+    Stream.mapError(generation(request, true), (e) => (e._tag === "GenerationFailed" ? e : publicError(e)))
 }

@@ -17,7 +17,7 @@ import { type EngineChild, spawn } from "../../native/ChildProcess.js"
 import type { HelloInfo, LoadedModel } from "../../native/Protocol.js"
 import { ChildFailed, childFailure, guarded, unavailable } from "./ChildFaults.js"
 import { NativeWorkerConfig, type NativeWorkerConfigShape } from "./NativeWorkerConfig.js"
-import type { WorkerState } from "./Readiness.js"
+import type { EngineState } from "../../domain/Inference.js"
 import { ChildResources, type Planner, WorkerAdmission } from "./WorkerHooks.js"
 
 export interface Incarnation {
@@ -30,7 +30,7 @@ export interface Incarnation {
 }
 
 /** The stages of a start, as the worker reports them. */
-export type Stage = Extract<WorkerState, "starting" | "loading" | "warming">
+export type Stage = Extract<EngineState, "starting" | "loading" | "warming">
 
 /** Acquires incarnation `number` in the current scope, reporting each stage. */
 export type Acquire = (number: number, onStage: (stage: Stage) => Effect.Effect<void>) => Effect.Effect<Incarnation, ChildFailed, Scope.Scope>

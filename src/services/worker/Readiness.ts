@@ -5,10 +5,9 @@
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Ref from "effect/Ref"
+import type { EngineState } from "../../domain/Inference.js"
 import type { DeviceInfo, HelloInfo, LoadedModel, Role } from "../../native/Protocol.js"
 import type { NativeWorkerConfigShape, RoleModel } from "./NativeWorkerConfig.js"
-
-export type WorkerState = "starting" | "loading" | "warming" | "ready" | "repairing" | "failed" | "stopped"
 
 export interface RecoveryAction {
   readonly at: Date
@@ -19,7 +18,7 @@ export interface RecoveryAction {
 }
 
 export interface WorkerReadiness {
-  readonly state: WorkerState
+  readonly state: EngineState
   /** Why the state is what it is, when it is not ready. */
   readonly reason: string | undefined
   readonly incarnation: number
@@ -64,7 +63,7 @@ export const makeRecoveryLog = (
 
 /** What readiness is made of: the supervisor's view of its current child, and the worker's records. */
 export interface ReadinessSource {
-  readonly state: WorkerState
+  readonly state: EngineState
   readonly reason: string | undefined
   /** The serving child, if any. */
   readonly current:

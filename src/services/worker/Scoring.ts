@@ -6,8 +6,9 @@
  */
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
-import type { EngineError, EngineUnavailable } from "../../domain/EngineError.js"
-import type { HeadScore } from "../../native/Protocol.js"
+import type { HeadScore } from "../../domain/Generation.js"
+import type { DecisionHead } from "../../domain/Inference.js"
+import { publicError, type WorkerError } from "./ChildErrors.js"
 import { ChildFailed, guardedStream, retryOnce, unavailable } from "./ChildFaults.js"
 import type { Incarnation } from "./Incarnation.js"
 import type { NativeWorkerConfigShape } from "./NativeWorkerConfig.js"
@@ -15,9 +16,9 @@ import type { Supervisor } from "./Supervisor.js"
 
 export type Score = (
   prompt: ReadonlyArray<number>,
-  heads: ReadonlyArray<{ readonly name: string; readonly labels: ReadonlyArray<string> }>,
+  heads: ReadonlyArray<DecisionHead>,
   onPrefilled?: (done: number, total: number) => Effect.Effect<void>
-) => Effect.Effect<ReadonlyArray<HeadScore>, EngineError | EngineUnavailable>
+) => Effect.Effect<ReadonlyArray<HeadScore>, WorkerError>
 
 export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape): Effect.Effect<Score> =>
   Effect.map(Effect.makeSemaphore(1), (scoring) => (prompt, heads, onPrefilled) => {
@@ -38,5 +39,5 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape): E
             : Effect.succeed(result)
         )
       )
-    return scoring.withPermits(1)(unavailable(retryOnce(supervisor.onReady(scoreOn, undefined))))
+    return scoring.withPermits(1)(Effect.mapError(unavailable(retryOnce(supervisor.onReady(scoreOn, undefined))), publicError))
   })

@@ -24,12 +24,13 @@ import { EngineUnavailable } from "../../domain/EngineError.js"
 import { ChildFailed, guarded, isRestartable, type TaggedFailure } from "./ChildFaults.js"
 import * as Incarnation from "./Incarnation.js"
 import { NativeWorkerConfig } from "./NativeWorkerConfig.js"
+import type { EngineState } from "../../domain/Inference.js"
 import * as Readiness from "./Readiness.js"
 import * as RestartBudget from "./RestartBudget.js"
 import type { ChildResources, WorkerAdmission } from "./WorkerHooks.js"
 
 interface Status {
-  readonly state: Readiness.WorkerState
+  readonly state: EngineState
   readonly reason: string | undefined
   readonly current: Incarnation.Incarnation | undefined
 }
@@ -51,7 +52,7 @@ export interface Supervisor {
   /** Whether an incarnation is still the one serving (not replaced, not being repaired). */
   readonly isCurrent: (incarnation: Incarnation.Incarnation) => Effect.Effect<boolean>
   readonly readiness: Effect.Effect<Readiness.WorkerReadiness>
-  readonly states: Stream.Stream<Readiness.WorkerState>
+  readonly states: Stream.Stream<EngineState>
   /** A failed worker tries again at once; any other is left alone. Waits for the outcome. */
   readonly repair: Effect.Effect<void>
 }
@@ -80,7 +81,7 @@ export const make: Effect.Effect<
   const startedAt = yield* Clock.currentTimeMillis
   const budget = { intensity: config.restartIntensity, period: config.restartPeriod }
 
-  const setState = (state: Readiness.WorkerState, reason?: string) =>
+  const setState = (state: EngineState, reason?: string) =>
     SubscriptionRef.update(status, (s) => ({ ...s, state, reason }))
 
   const onFailure = (incarnation: Incarnation.Incarnation, failure: ChildFailed) =>
