@@ -137,7 +137,15 @@ export const make = Effect.gen(function*() {
         full: yield* worker.renderText("generation", [...history, ...split.turn], true, turnInputs)
       }
       const parts = Continuation.continuationTexts(texts, assistant.content)
-      if (typeof parts === "string") return yield* invalid("messages", conversation, parts)
+      if (typeof parts === "string") {
+        // The template re-renders the assistant message (Qwen3 does, for a turn of tool calls after
+        // the last user message): what follows a probe standing in for the whole message is new.
+        const probed = Continuation.afterProbe(
+          yield* worker.renderText("generation", Continuation.probeChat(history, split.turn), true, turnInputs)
+        )
+        if (probed === undefined) return yield* invalid("messages", conversation, parts)
+        return { tokens: [...tokens, ...(yield* worker.tokenize("generation", probed, true))], continued: true }
+      }
       const closing = yield* worker.tokenize("generation", parts.closing, true)
       const turn = yield* worker.tokenize("generation", parts.turn, true)
       return { tokens: [...tokens, ...closing, ...turn], continued: true }

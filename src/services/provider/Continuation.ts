@@ -54,3 +54,22 @@ export const continuationTexts = (
   const closingLength = texts.full.startsWith(texts.history) && texts.history.length >= contentEnd ? texts.history.length - contentEnd : 0
   return { closing: after.slice(0, closingLength), turn: after.slice(closingLength) }
 }
+
+/** Stands in for the last assistant message of a history; what the template prints after it is new. */
+const probe = "\u0000nativegen-assistant-message\u0000"
+
+/** History and turn, the history's last (assistant) message replaced by the probe (no thought, no tool calls). */
+export const probeChat = (history: ReadonlyArray<ChatMessage>, turn: ReadonlyArray<ChatMessage>): ReadonlyArray<ChatMessage> => [
+  ...history.slice(0, -1),
+  { role: "assistant", content: probe },
+  ...turn
+]
+
+/**
+ * The closing of the assistant turn and the new turn: the text after the probe in the rendered
+ * `probeChat` (with the assistant prompt); undefined when the template does not print the probe.
+ */
+export const afterProbe = (rendered: string): string | undefined => {
+  const at = rendered.lastIndexOf(probe)
+  return at < 0 ? undefined : rendered.slice(at + probe.length)
+}
