@@ -2,7 +2,10 @@
  * @effect/ai's `LanguageModel` over a nativegen `Provider`: embedded (over `Runtime.layer`) or
  * remote (over `Client.layer`) alike. `layer(config?)` provides it, `model(config?)` is an
  * @effect/ai `Model`; per call, `withConfigOverride` sets the generation options (max tokens,
- * sampling, stop strings, lane, conversation, checkpoint). See `Parts.ts` for how a generation
+ * sampling, stop strings, lane, conversation, checkpoint, thinking). `generateObject`'s schema is
+ * sent as the request's JSON-schema response format: the engine decodes under its grammar, so the
+ * answer is JSON of that shape whatever the model's weights (a schema the grammar cannot express
+ * is refused as `MalformedInput`). See `Parts.ts` for how a generation
  * becomes response parts and `Errors.ts` for how failures become `AiError`s.
  *
  * A conversation (`conversation` in the config) continues from its cache by itself: after each
@@ -123,9 +126,6 @@ export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: C
   const requestOf = (options: LanguageModel.ProviderOptions, method: string) =>
     Effect.gen(function*() {
       const settings = { ...config, ...Option.getOrUndefined(yield* Effect.serviceOption(Config)) }
-      if (options.responseFormat.type === "json") {
-        return yield* new AiError.MalformedInput({ module, method, description: "this build has no structured output (a JSON response format)" })
-      }
       const tools = yield* toolsOf(options, method)
       const messages = yield* Messages.fromPrompt(options.prompt, { module, method })
       const conversation = settings.conversation
@@ -140,6 +140,9 @@ export const make = Effect.fn("NativegenLanguageModel.make")(function*(config: C
         ...(settings.stop === undefined ? {} : { stop: settings.stop }),
         ...(settings.thinking === undefined ? {} : { thinking: settings.thinking }),
         ...(tools.length === 0 ? {} : { tools }),
+        ...(options.responseFormat.type === "json"
+          ? { responseFormat: { type: "jsonSchema", schema: { ...Tool.getJsonSchemaFromSchemaAst(options.responseFormat.schema.ast) } } }
+          : {}),
         ...(conversation === undefined ? {} : { conversation }),
         ...(checkpoint === undefined ? {} : { checkpoint })
       }
