@@ -1,4 +1,10 @@
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
 import { defineConfig } from "vitest/config"
+
+// The suite keeps its generated models in the repository (fixtures/models.ts's defaultCacheDir
+// would use $XDG_CACHE_HOME/nativegen/models); workers and engine children inherit this.
+process.env.NATIVEGEN_MODEL_CACHE ||= Path.resolve(Path.dirname(fileURLToPath(import.meta.url)), ".cache", "models")
 
 export default defineConfig({
   test: {

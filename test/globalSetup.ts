@@ -40,7 +40,9 @@ const processesOfThisRun = (): Array<number> =>
     .map(Number)
     .filter((pid) => {
       try {
-        return Fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("src/native/child.ts")
+        // From the sources, or compiled (test/package/pack.test.ts runs the installed package).
+        const cmdline = Fs.readFileSync(`/proc/${pid}/cmdline`, "utf8")
+        return cmdline.includes("src/native/child.ts") || cmdline.includes("src/native/child.js")
       } catch {
         return false
       }

@@ -13,6 +13,7 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import * as PackageFiles from "../internal/PackageFiles.js"
 import * as CliError from "./CliError.js"
 import * as Chat from "./Chat.js"
 import * as Decide from "./Decide.js"
@@ -34,7 +35,8 @@ export const nativegen = Command.make("nativegen").pipe(
   ])
 )
 
-export const cli = Command.run(nativegen, { name: "nativegen", version: "0.1.0" })
+/** `--version` prints the installed package's version, read from its package.json at run time. */
+export const cli = Command.run(nativegen, { name: "nativegen", version: PackageFiles.packageVersion() })
 
 /** Runs the command line on `argv` (as `process.argv`); fails with the command's failure. */
 export const main = (argv: ReadonlyArray<string>) =>

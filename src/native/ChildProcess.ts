@@ -65,8 +65,18 @@ export interface SpawnOptions {
   readonly stopTimeout?: Duration.DurationInput | undefined
 }
 
-const childEntry = fileURLToPath(new URL("./child.ts", import.meta.url))
-const tsxLoader = pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href
+/**
+ * How the child is started: compiled (this module runs from `dist/`, its URL ends in `.js`), the
+ * compiled `child.js` with plain `node`; from the sources (inside the repository), `child.ts`
+ * through tsx's loader, which is a development dependency and is resolved only then.
+ */
+const childArguments: ReadonlyArray<string> = import.meta.url.endsWith(".js")
+  ? [fileURLToPath(new URL("./child.js", import.meta.url))]
+  : [
+    "--import",
+    pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href,
+    fileURLToPath(new URL("./child.ts", import.meta.url))
+  ]
 
 const signalGroup = (pid: number, signal: NodeJS.Signals) => {
   try {
@@ -100,7 +110,7 @@ export const spawn = (options: SpawnOptions): Effect.Effect<EngineChild, SpawnFa
       })
     const proc = yield* Effect.acquireRelease(
       Effect.async<ChildProcess.ChildProcess, SpawnFailed>((resume) => {
-        const child = ChildProcess.spawn(command, ["--import", tsxLoader, childEntry], {
+        const child = ChildProcess.spawn(command, childArguments, {
           detached: true,
           stdio: ["ignore", "inherit", "inherit", "pipe"],
           env: childEnvironment(process.env, options.settings, options.env, {

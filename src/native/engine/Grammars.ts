@@ -67,16 +67,18 @@ export const make = (llama: Llama): Grammars => {
     return entry
   }
 
-  /** Every special token of the model except end-of-generation tokens, as a "never" bias (once per model). */
+  /**
+   * Every control or user-defined token of the model (what the host may read as a channel marker,
+   * see Residents) except end-of-generation tokens, as a "never" bias (once per model).
+   */
   const bannedOf = (model: LlamaModel, entry: PerModel): TokenBias => {
     if (entry.banned !== undefined) return entry.banned
     const bias = new TokenBias(model.tokenizer)
-    // Special tokens are control or user-defined ones; only those are checked in full (the full
-    // check detokenizes: over Qwen3's 151k tokens, 850 ms against 160 ms for attributes first).
+    // Qwen3's `<think>` is user-defined but not "special" to node-llama-cpp (it detokenizes to its
+    // text), yet it is a marker: the attributes decide, as they do for the markers.
     for (const token of model.iterateAllTokens()) {
       const attributes = model.getTokenAttributes(token)
-      if (!(attributes.control || attributes.userDefined) || model.isEogToken(token)) continue
-      if (attributes.control || model.isSpecialToken(token)) bias.set(token as Token, "never")
+      if ((attributes.control || attributes.userDefined) && !model.isEogToken(token)) bias.set(token as Token, "never")
     }
     entry.banned = bias
     return bias

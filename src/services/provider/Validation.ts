@@ -23,6 +23,17 @@ const valueAt = (input: unknown, path: ReadonlyArray<PropertyKey>): unknown =>
       input
     )
 
+/** A path as a field name: `tools[1].name`. */
+const fieldOf = (path: ReadonlyArray<PropertyKey>): string =>
+  path.reduce<string>(
+    (field, key) => (typeof key === "number" ? `${field}[${key}]` : field === "" ? String(key) : `${field}.${String(key)}`),
+    ""
+  )
+
+/** A value as an error names it: a list by its length, a long text by its start. */
+const named = (value: unknown): unknown =>
+  Array.isArray(value) ? value.length : typeof value === "string" && value.length > 200 ? `${value.slice(0, 200)}…` : value
+
 /** Checks `request` against `schema`; the first issue is the InvalidRequest. */
 export const validate = <A, I>(schema: Schema.Schema<A, I>) => {
   const check = Schema.validateEither(schema, { errors: "first" })
@@ -32,7 +43,7 @@ export const validate = <A, I>(schema: Schema.Schema<A, I>) => {
       onLeft: (error) => {
         const [issue] = ParseResult.ArrayFormatter.formatErrorSync(error)
         const path = issue?.path ?? []
-        return Effect.fail(invalid(path.length === 0 ? "request" : path.join("."), valueAt(request, path), issue?.message ?? "invalid"))
+        return Effect.fail(invalid(path.length === 0 ? "request" : fieldOf(path), named(valueAt(request, path)), issue?.message ?? "invalid"))
       }
     })
 }

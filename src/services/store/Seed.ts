@@ -2,7 +2,8 @@
  * The packaged seed: `fixtures/seed/` holds `seed.pub` (the public key that signed the seed) and
  * one `<model>.manifest.json` signed envelope per seed model. The model bytes are not shipped:
  * they are produced by the deterministic generator in `fixtures/models.ts` and must hash to the
- * signed digests, so a tampered generator or manifest fails closed.
+ * signed digests, so a tampered generator or manifest fails closed. The generator is compiled into
+ * the package with the runtime (`dist/fixtures/`) and the manifests ship as they are.
  *
  * The seed's key is trusted only for the seed's own models: its scope is the name and role of
  * each seed manifest that verifies under it and is named after its model (`<name>.manifest.json`),
@@ -12,7 +13,8 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { generateModel, modelSpecs, projectRoot } from "../../../fixtures/models.js"
+import { generateModel, modelSpecs } from "../../../fixtures/models.js"
+import * as PackageFiles from "../../internal/PackageFiles.js"
 import { InvalidKey, StoreIoError } from "../StoreError.js"
 import * as StoreFs from "./Fs.js"
 import * as Manifests from "./Manifests.js"
@@ -42,8 +44,8 @@ export const generate = (model: string, path: string): Effect.Effect<void, Store
     catch: (cause) => new StoreIoError({ operation: "generate seed model", path, cause })
   })
 
-/** The seed shipped with the package. */
-export const packaged: SeedSource = { dir: Path.join(projectRoot, "fixtures", "seed"), materialize: generate }
+/** The seed shipped with the package (under the package root, whether run from src/ or dist/). */
+export const packaged: SeedSource = { dir: PackageFiles.seedDir(), materialize: generate }
 
 /** Reads the seed's public key. */
 export const readKey = (dir: string) =>
