@@ -4,21 +4,26 @@
  * in order, the true finish reason and usage), a Chat whose later turns continue the conversation
  * from its cache, a stream cancelled part way (the Provider's generation is interrupted and the
  * scheduler runs nothing after), failures as AiErrors with the original as cause, the same
- * answer through a remote Provider (Client.layer), and the Tokenizer's exact tokens.
+ * answer through a remote Provider (Client.layer), the Tokenizer's exact tokens, and a kept
+ * checkpoint that a restarted runtime no longer holds, dropped without failing the turn.
  */
+import type * as AiError from "@effect/ai/AiError"
 import * as Chat from "@effect/ai/Chat"
 import * as LanguageModel from "@effect/ai/LanguageModel"
 import type * as Prompt from "@effect/ai/Prompt"
 import * as Tokenizer from "@effect/ai/Tokenizer"
-import { assert, describe, layer } from "@effect/vitest"
+import { assert, describe, it, layer } from "@effect/vitest"
 import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Path from "node:path"
 import * as Queue from "effect/Queue"
+import * as Ref from "effect/Ref"
 import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../../fixtures/models.js"
 import { NativegenLanguageModel, NativegenTokenizer } from "../../src/ai/index.js"
@@ -245,4 +250,28 @@ describe("@effect/ai LanguageModel over nativegen", () => {
         assert.isBelow(short.content.length, messages.length)
       }))
   })
+
+  it.scoped("a kept checkpoint the runtime no longer holds (it restarted) is dropped and the turn sent without it", () =>
+    Effect.gen(function*() {
+      const first = yield* Scope.make()
+      const current = yield* Ref.make(Context.get(yield* Layer.buildWithScope(runtimeLayer(), first), Provider))
+      const provider = Provider.of({
+        ...(yield* Ref.get(current)),
+        generate: (request) => Stream.unwrap(Effect.map(Ref.get(current), (p) => p.generate(request)))
+      })
+      const model = yield* NativegenLanguageModel.make({ maxTokens: 6 }).pipe(Effect.provideService(Provider, provider))
+      const inA = (effect: Effect.Effect<LanguageModel.GenerateTextResponse<{}>, AiError.AiError, LanguageModel.LanguageModel>) =>
+        effect.pipe(NativegenLanguageModel.withConfigOverride({ conversation: "ai-a" }), Effect.provideService(LanguageModel.LanguageModel, model))
+      const chat = yield* Chat.empty
+      const one = yield* inA(chat.generateText({ prompt: "the first turn" }))
+      assert.strictEqual(nativegenOf(one).checkpoint?.conversation, "ai-a")
+      // The runtime restarts (nothing saved): it holds nothing for the conversation.
+      yield* Scope.close(first, Exit.void)
+      yield* Ref.set(current, Context.get(yield* Layer.build(runtimeLayer()), Provider))
+      const two = yield* inA(chat.generateText({ prompt: "the second turn" }))
+      assert.notStrictEqual(nativegenOf(two).reuse, "continuation")
+      // That turn's own checkpoint is kept: the next turn continues.
+      const three = yield* inA(chat.generateText({ prompt: "the third turn" }))
+      assert.strictEqual(nativegenOf(three).reuse, "continuation")
+    }), { timeout: 180_000 })
 })
