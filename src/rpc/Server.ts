@@ -20,6 +20,7 @@ import * as NodeFs from "node:fs"
 import type * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { setting } from "../internal/ConfigLayers.js"
 import type { Provider } from "../services/Provider.js"
 import type { Store } from "../services/Store.js"
 import { NativegenRpcs } from "./Api.js"
@@ -75,33 +76,47 @@ export const defaults: ServerOptions = {
 
 /** The options other than the socket from NATIVEGEN_SERVER_* (the environment by default), else `defaults`. */
 export const config: Config.Config<Omit<ServerOptions, "socketPath">> = Config.all({
-  maxMessageBytes: Config.integer("NATIVEGEN_SERVER_MAX_MESSAGE_BYTES").pipe(
-    Config.withDefault(defaults.maxMessageBytes),
-    Config.withDescription("largest request in bytes (JSON-encoded)")
+  maxMessageBytes: setting(
+    "integer",
+    "NATIVEGEN_SERVER_MAX_MESSAGE_BYTES",
+    defaults.maxMessageBytes,
+    "largest request in bytes (JSON-encoded)"
   ),
-  maxConnections: Config.integer("NATIVEGEN_SERVER_MAX_CONNECTIONS").pipe(
-    Config.withDefault(defaults.maxConnections),
-    Config.withDescription("connections served at once")
+  maxConnections: setting(
+    "integer",
+    "NATIVEGEN_SERVER_MAX_CONNECTIONS",
+    defaults.maxConnections,
+    "connections served at once"
   ),
-  maxPendingConnections: Config.integer("NATIVEGEN_SERVER_MAX_PENDING_CONNECTIONS").pipe(
-    Config.withDefault(defaults.maxPendingConnections),
-    Config.withDescription("connections that have not sent their first request")
+  maxPendingConnections: setting(
+    "integer",
+    "NATIVEGEN_SERVER_MAX_PENDING_CONNECTIONS",
+    defaults.maxPendingConnections,
+    "connections that have not sent their first request"
   ),
-  maxInFlightPerConnection: Config.integer("NATIVEGEN_SERVER_MAX_IN_FLIGHT_PER_CONNECTION").pipe(
-    Config.withDefault(defaults.maxInFlightPerConnection),
-    Config.withDescription("requests in flight on one connection")
+  maxInFlightPerConnection: setting(
+    "integer",
+    "NATIVEGEN_SERVER_MAX_IN_FLIGHT_PER_CONNECTION",
+    defaults.maxInFlightPerConnection,
+    "requests in flight on one connection"
   ),
-  firstMessageTimeout: Config.duration("NATIVEGEN_SERVER_FIRST_MESSAGE_TIMEOUT").pipe(
-    Config.withDefault(defaults.firstMessageTimeout),
-    Config.withDescription("how long a new connection may take to send its first request")
+  firstMessageTimeout: setting(
+    "duration",
+    "NATIVEGEN_SERVER_FIRST_MESSAGE_TIMEOUT",
+    defaults.firstMessageTimeout,
+    "how long a new connection may take to send its first request"
   ),
-  idleTimeout: Config.duration("NATIVEGEN_SERVER_IDLE_TIMEOUT").pipe(
-    Config.withDefault(defaults.idleTimeout),
-    Config.withDescription("how long a connection may stay without a request in flight")
+  idleTimeout: setting(
+    "duration",
+    "NATIVEGEN_SERVER_IDLE_TIMEOUT",
+    defaults.idleTimeout,
+    "how long a connection may stay without a request in flight"
   ),
-  ackTimeout: Config.duration("NATIVEGEN_SERVER_ACK_TIMEOUT").pipe(
-    Config.withDefault(defaults.ackTimeout),
-    Config.withDescription("how long a stream waits for its client to take a chunk")
+  ackTimeout: setting(
+    "duration",
+    "NATIVEGEN_SERVER_ACK_TIMEOUT",
+    defaults.ackTimeout,
+    "how long a stream waits for its client to take a chunk"
   )
 })
 

@@ -4,11 +4,10 @@
  * configuration, and a layer from the environment (NATIVEGEN_ADMISSION_*).
  */
 import * as Config from "effect/Config"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import { configLayers, fromEnv, setting } from "../../internal/ConfigLayers.js"
 import type { Role } from "../../native/Protocol.js"
 import type { PlanMargin } from "./ContextPlanner.js"
 
@@ -33,67 +32,79 @@ export interface AdmissionConfigShape {
   readonly planMargin: PlanMargin
 }
 
+const defaults: AdmissionConfigShape = {
+  headroomBytes: 512 * MiB,
+  workspaceReservationBytes: 512 * MiB,
+  contextCap: { generation: 16384, decision: 4096 },
+  planMargin: { ratio: 0.1, bytesPerModel: 32 * MiB }
+}
+
+const config: Config.Config<AdmissionConfigShape> = Config.all({
+  headroomBytes: setting(
+    "integer",
+    "NATIVEGEN_ADMISSION_HEADROOM_BYTES",
+    defaults.headroomBytes,
+    "device memory never budgeted, in bytes"
+  ),
+  capBytes: Config.option(Config.integer("NATIVEGEN_ADMISSION_CAP_BYTES")).pipe(
+    Config.withDescription("explicit device budget in bytes, instead of free memory minus headroom")
+  ),
+  workspaceReservationBytes: setting(
+    "integer",
+    "NATIVEGEN_ADMISSION_WORKSPACE_RESERVATION_BYTES",
+    defaults.workspaceReservationBytes,
+    "bytes context admission leaves free for request workspace"
+  ),
+  generationCap: setting(
+    "integer",
+    "NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP",
+    defaults.contextCap.generation,
+    "context cap of the generation role, in tokens"
+  ),
+  decisionCap: setting(
+    "integer",
+    "NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP",
+    defaults.contextCap.decision,
+    "context cap of the decision role, in tokens"
+  ),
+  marginRatio: setting(
+    "number",
+    "NATIVEGEN_ADMISSION_PLAN_MARGIN_RATIO",
+    defaults.planMargin.ratio,
+    "fraction added to the engine's memory plan"
+  ),
+  marginBytes: setting(
+    "integer",
+    "NATIVEGEN_ADMISSION_PLAN_MARGIN_BYTES",
+    defaults.planMargin.bytesPerModel,
+    "bytes added per resident model to the engine's memory plan"
+  )
+}).pipe(
+  Config.map((c): AdmissionConfigShape => ({
+    headroomBytes: c.headroomBytes,
+    capBytes: Option.getOrUndefined(c.capBytes),
+    workspaceReservationBytes: c.workspaceReservationBytes,
+    contextCap: { generation: c.generationCap, decision: c.decisionCap },
+    planMargin: { ratio: c.marginRatio, bytesPerModel: c.marginBytes }
+  }))
+)
+
 export class AdmissionConfig extends Context.Tag("nativegen/AdmissionConfig")<AdmissionConfig, AdmissionConfigShape>() {
-  static readonly defaults: AdmissionConfigShape = {
-    headroomBytes: 512 * MiB,
-    workspaceReservationBytes: 512 * MiB,
-    contextCap: { generation: 16384, decision: 4096 },
-    planMargin: { ratio: 0.1, bytesPerModel: 32 * MiB }
-  }
-
-  static readonly layer = (config: Partial<AdmissionConfigShape> = {}) =>
-    Layer.succeed(AdmissionConfig, { ...AdmissionConfig.defaults, ...config })
-
-  static readonly layerDefaults: Layer.Layer<AdmissionConfig> = AdmissionConfig.layer()
+  static readonly defaults: AdmissionConfigShape = defaults
 
   /** Reads NATIVEGEN_ADMISSION_* from the current ConfigProvider (the environment by default). */
-  static readonly config: Config.Config<AdmissionConfigShape> = Config.all({
-    headroomBytes: Config.integer("NATIVEGEN_ADMISSION_HEADROOM_BYTES").pipe(
-      Config.withDefault(AdmissionConfig.defaults.headroomBytes),
-      Config.withDescription("device memory never budgeted, in bytes")
-    ),
-    capBytes: Config.option(Config.integer("NATIVEGEN_ADMISSION_CAP_BYTES")).pipe(
-      Config.withDescription("explicit device budget in bytes, instead of free memory minus headroom")
-    ),
-    workspaceReservationBytes: Config.integer("NATIVEGEN_ADMISSION_WORKSPACE_RESERVATION_BYTES").pipe(
-      Config.withDefault(AdmissionConfig.defaults.workspaceReservationBytes),
-      Config.withDescription("bytes context admission leaves free for request workspace")
-    ),
-    generationCap: Config.integer("NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP").pipe(
-      Config.withDefault(AdmissionConfig.defaults.contextCap.generation),
-      Config.withDescription("context cap of the generation role, in tokens")
-    ),
-    decisionCap: Config.integer("NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP").pipe(
-      Config.withDefault(AdmissionConfig.defaults.contextCap.decision),
-      Config.withDescription("context cap of the decision role, in tokens")
-    ),
-    marginRatio: Config.number("NATIVEGEN_ADMISSION_PLAN_MARGIN_RATIO").pipe(
-      Config.withDefault(AdmissionConfig.defaults.planMargin.ratio),
-      Config.withDescription("fraction added to the engine's memory plan")
-    ),
-    marginBytes: Config.integer("NATIVEGEN_ADMISSION_PLAN_MARGIN_BYTES").pipe(
-      Config.withDefault(AdmissionConfig.defaults.planMargin.bytesPerModel),
-      Config.withDescription("bytes added per resident model to the engine's memory plan")
-    )
-  }).pipe(
-    Config.map((c): AdmissionConfigShape => ({
-      headroomBytes: c.headroomBytes,
-      capBytes: Option.getOrUndefined(c.capBytes),
-      workspaceReservationBytes: c.workspaceReservationBytes,
-      contextCap: { generation: c.generationCap, decision: c.decisionCap },
-      planMargin: { ratio: c.marginRatio, bytesPerModel: c.marginBytes }
-    }))
-  )
+  static readonly config: Config.Config<AdmissionConfigShape> = config
 
+  private static readonly layers = configLayers(AdmissionConfig, { defaults: () => defaults, config, env: fromEnv() })
+
+  static readonly layer = AdmissionConfig.layers.layer
+  static readonly layerDefaults = AdmissionConfig.layers.layerDefaults
   /** The configuration from the process environment, whatever ConfigProvider is current. */
-  static readonly configFromEnv = Effect.withConfigProvider(AdmissionConfig.config, ConfigProvider.fromEnv())
-
+  static readonly configFromEnv = AdmissionConfig.layers.configFromEnv
   /** From the current ConfigProvider. */
-  static readonly layerConfig = Layer.effect(AdmissionConfig, AdmissionConfig.config)
-
+  static readonly layerConfig = AdmissionConfig.layers.layerConfig()
   /** From the process environment, with `overrides` on top. */
-  static readonly layerFromEnv = (overrides: Partial<AdmissionConfigShape> = {}) =>
-    Layer.effect(AdmissionConfig, Effect.map(AdmissionConfig.configFromEnv, (c) => ({ ...c, ...overrides })))
+  static readonly layerFromEnv = AdmissionConfig.layers.layerFromEnv
 }
 
 const isBytes = (n: number) => Number.isSafeInteger(n) && n >= 0

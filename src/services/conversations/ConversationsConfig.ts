@@ -9,10 +9,10 @@
  */
 import * as Config from "effect/Config"
 import type { ConfigError } from "effect/ConfigError"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import type * as Effect from "effect/Effect"
+import type * as Layer from "effect/Layer"
+import { configLayersWith, fromEnv, setting } from "../../internal/ConfigLayers.js"
 
 export interface ConversationsConfigShape {
   /** Where state files live (one subdirectory per model digest); undefined: nothing is saved. */
@@ -58,13 +58,9 @@ export const make = (options: Options, base: Omit<ConversationsConfigShape, "mod
   maxHeldBytes: options.maxHeldBytes ?? base.maxHeldBytes
 })
 
-export const layer = (options: Options): Layer.Layer<ConversationsConfig> => Layer.succeed(ConversationsConfig, make(options))
-
 const count = (name: string, fallback: number, description: string) =>
-  Config.integer(name).pipe(
-    Config.validate({ message: `${name} must be a whole number of at least 0`, validation: (n) => n >= 0 }),
-    Config.withDefault(fallback),
-    Config.withDescription(description)
+  setting("integer", name, fallback, description).pipe(
+    Config.validate({ message: `${name} must be a whole number of at least 0`, validation: (n) => n >= 0 })
   )
 
 /** Every setting but the model digest, from the Config provider. */
@@ -80,16 +76,17 @@ export const config: Config.Config<Omit<ConversationsConfigShape, "modelDigest">
   maxHeldBytes: count("maxHeldBytes", defaults.maxHeldBytes, "Bytes of token records held in memory")
 })
 
+const layers = configLayersWith(ConversationsConfig, {
+  defaults: () => defaults,
+  config,
+  env: fromEnv("NATIVEGEN_CONVERSATIONS"),
+  make
+})
+
+export const layer: (options: Options) => Layer.Layer<ConversationsConfig> = layers.layer
+
 /** `config` from the environment: `NATIVEGEN_CONVERSATIONS_DIRECTORY`, `NATIVEGEN_CONVERSATIONS_MAX_SAVED`, ... */
-export const configFromEnv = config.pipe(
-  Effect.withConfigProvider(
-    ConfigProvider.fromEnv().pipe(ConfigProvider.constantCase, ConfigProvider.nested("NATIVEGEN_CONVERSATIONS"))
-  )
-)
+export const configFromEnv: Effect.Effect<Omit<ConversationsConfigShape, "modelDigest">, ConfigError> = layers.configFromEnv
 
 /** The settings from the environment, `options` over them (the model digest always from `options`; a setting given as undefined keeps the environment's). */
-export const layerFromEnv = (options: Options): Layer.Layer<ConversationsConfig, ConfigError> =>
-  Layer.effect(
-    ConversationsConfig,
-    Effect.map(configFromEnv, (fromEnv) => make(options, fromEnv))
-  )
+export const layerFromEnv: (options: Options) => Layer.Layer<ConversationsConfig, ConfigError> = layers.layerFromEnv

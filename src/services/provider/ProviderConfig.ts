@@ -4,39 +4,34 @@
  * configuration, and a layer from the environment (NATIVEGEN_PREFILL_CHUNK).
  */
 import * as Config from "effect/Config"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
-import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import { configLayers, fromEnv, setting } from "../../internal/ConfigLayers.js"
 
 export interface ProviderConfigShape {
   /** Tokens per engine prefill chunk; preparation prefills whole chunks only. Default 128. */
   readonly prefillChunk: number
 }
 
+const defaults: ProviderConfigShape = { prefillChunk: 128 }
+
+const config: Config.Config<ProviderConfigShape> = Config.all({
+  prefillChunk: setting("integer", "NATIVEGEN_PREFILL_CHUNK", defaults.prefillChunk, "tokens per engine prefill chunk")
+})
+
 export class ProviderConfig extends Context.Tag("nativegen/ProviderConfig")<ProviderConfig, ProviderConfigShape>() {
-  static readonly defaults: ProviderConfigShape = { prefillChunk: 128 }
-
-  static readonly layer = (config: Partial<ProviderConfigShape> = {}) =>
-    Layer.succeed(ProviderConfig, { ...ProviderConfig.defaults, ...config })
-
-  static readonly layerDefaults: Layer.Layer<ProviderConfig> = ProviderConfig.layer()
+  static readonly defaults: ProviderConfigShape = defaults
 
   /** Reads NATIVEGEN_PREFILL_CHUNK from the current ConfigProvider (the environment by default). */
-  static readonly config: Config.Config<ProviderConfigShape> = Config.all({
-    prefillChunk: Config.integer("NATIVEGEN_PREFILL_CHUNK").pipe(
-      Config.withDefault(ProviderConfig.defaults.prefillChunk),
-      Config.withDescription("tokens per engine prefill chunk")
-    )
-  })
+  static readonly config: Config.Config<ProviderConfigShape> = config
 
+  private static readonly layers = configLayers(ProviderConfig, { defaults: () => defaults, config, env: fromEnv() })
+
+  static readonly layer = ProviderConfig.layers.layer
+  static readonly layerDefaults = ProviderConfig.layers.layerDefaults
   /** The configuration from the process environment, whatever ConfigProvider is current. */
-  static readonly configFromEnv = Effect.withConfigProvider(ProviderConfig.config, ConfigProvider.fromEnv())
-
+  static readonly configFromEnv = ProviderConfig.layers.configFromEnv
   /** From the current ConfigProvider. */
-  static readonly layerConfig = Layer.effect(ProviderConfig, ProviderConfig.config)
-
+  static readonly layerConfig = ProviderConfig.layers.layerConfig()
   /** From the process environment, with `overrides` on top. */
-  static readonly layerFromEnv = (overrides: Partial<ProviderConfigShape> = {}) =>
-    Layer.effect(ProviderConfig, Effect.map(ProviderConfig.configFromEnv, (c) => ({ ...c, ...overrides })))
+  static readonly layerFromEnv = ProviderConfig.layers.layerFromEnv
 }

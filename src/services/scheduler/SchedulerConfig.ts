@@ -4,11 +4,9 @@
  * a layer from the environment (NATIVEGEN_SCHEDULER_*).
  */
 import * as Config from "effect/Config"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
-import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import { configLayers, fromEnv, setting } from "../../internal/ConfigLayers.js"
 
 const MiB = 1024 * 1024
 
@@ -30,56 +28,58 @@ export interface SchedulerConfigShape {
   readonly decisionWorkspaceBytesPerHead: number
 }
 
+const defaults: SchedulerConfigShape = {
+  slots: 2,
+  anonymousSlots: 1,
+  maxQueued: 64,
+  queueTimeout: Duration.seconds(60),
+  generationWorkspaceBytes: 16 * MiB,
+  decisionWorkspaceBytesPerHead: 64 * MiB
+}
+
+const config: Config.Config<SchedulerConfigShape> = Config.all({
+  slots: setting("integer", "NATIVEGEN_SCHEDULER_SLOTS", defaults.slots, "generation sequences that conversations own"),
+  anonymousSlots: setting(
+    "integer",
+    "NATIVEGEN_SCHEDULER_ANONYMOUS_SLOTS",
+    defaults.anonymousSlots,
+    "generation sequences for requests without a conversation"
+  ),
+  maxQueued: setting("integer", "NATIVEGEN_SCHEDULER_MAX_QUEUED", defaults.maxQueued, "requests that may wait at once"),
+  queueTimeout: setting(
+    "duration",
+    "NATIVEGEN_SCHEDULER_QUEUE_TIMEOUT",
+    defaults.queueTimeout,
+    "how long a request may wait for its slot, the engine and its workspace"
+  ),
+  generationWorkspaceBytes: setting(
+    "integer",
+    "NATIVEGEN_SCHEDULER_GENERATION_WORKSPACE_BYTES",
+    defaults.generationWorkspaceBytes,
+    "workspace charged per generation, in bytes"
+  ),
+  decisionWorkspaceBytesPerHead: setting(
+    "integer",
+    "NATIVEGEN_SCHEDULER_DECISION_WORKSPACE_BYTES_PER_HEAD",
+    defaults.decisionWorkspaceBytesPerHead,
+    "workspace charged per decision head, in bytes"
+  )
+})
+
 export class SchedulerConfig extends Context.Tag("nativegen/SchedulerConfig")<SchedulerConfig, SchedulerConfigShape>() {
-  static readonly defaults: SchedulerConfigShape = {
-    slots: 2,
-    anonymousSlots: 1,
-    maxQueued: 64,
-    queueTimeout: Duration.seconds(60),
-    generationWorkspaceBytes: 16 * MiB,
-    decisionWorkspaceBytesPerHead: 64 * MiB
-  }
-
-  static readonly layer = (config: Partial<SchedulerConfigShape> = {}) =>
-    Layer.succeed(SchedulerConfig, { ...SchedulerConfig.defaults, ...config })
-
-  static readonly layerDefaults: Layer.Layer<SchedulerConfig> = SchedulerConfig.layer()
+  static readonly defaults: SchedulerConfigShape = defaults
 
   /** Reads NATIVEGEN_SCHEDULER_* from the current ConfigProvider (the environment by default). */
-  static readonly config: Config.Config<SchedulerConfigShape> = Config.all({
-    slots: Config.integer("NATIVEGEN_SCHEDULER_SLOTS").pipe(
-      Config.withDefault(SchedulerConfig.defaults.slots),
-      Config.withDescription("generation sequences that conversations own")
-    ),
-    anonymousSlots: Config.integer("NATIVEGEN_SCHEDULER_ANONYMOUS_SLOTS").pipe(
-      Config.withDefault(SchedulerConfig.defaults.anonymousSlots),
-      Config.withDescription("generation sequences for requests without a conversation")
-    ),
-    maxQueued: Config.integer("NATIVEGEN_SCHEDULER_MAX_QUEUED").pipe(
-      Config.withDefault(SchedulerConfig.defaults.maxQueued),
-      Config.withDescription("requests that may wait at once")
-    ),
-    queueTimeout: Config.duration("NATIVEGEN_SCHEDULER_QUEUE_TIMEOUT").pipe(
-      Config.withDefault(SchedulerConfig.defaults.queueTimeout),
-      Config.withDescription("how long a request may wait for its slot, the engine and its workspace")
-    ),
-    generationWorkspaceBytes: Config.integer("NATIVEGEN_SCHEDULER_GENERATION_WORKSPACE_BYTES").pipe(
-      Config.withDefault(SchedulerConfig.defaults.generationWorkspaceBytes),
-      Config.withDescription("workspace charged per generation, in bytes")
-    ),
-    decisionWorkspaceBytesPerHead: Config.integer("NATIVEGEN_SCHEDULER_DECISION_WORKSPACE_BYTES_PER_HEAD").pipe(
-      Config.withDefault(SchedulerConfig.defaults.decisionWorkspaceBytesPerHead),
-      Config.withDescription("workspace charged per decision head, in bytes")
-    )
-  })
+  static readonly config: Config.Config<SchedulerConfigShape> = config
 
+  private static readonly layers = configLayers(SchedulerConfig, { defaults: () => defaults, config, env: fromEnv() })
+
+  static readonly layer = SchedulerConfig.layers.layer
+  static readonly layerDefaults = SchedulerConfig.layers.layerDefaults
   /** The configuration from the process environment, whatever ConfigProvider is current. */
-  static readonly configFromEnv = Effect.withConfigProvider(SchedulerConfig.config, ConfigProvider.fromEnv())
-
+  static readonly configFromEnv = SchedulerConfig.layers.configFromEnv
   /** From the current ConfigProvider. */
-  static readonly layerConfig = Layer.effect(SchedulerConfig, SchedulerConfig.config)
-
+  static readonly layerConfig = SchedulerConfig.layers.layerConfig()
   /** From the process environment, with `overrides` on top. */
-  static readonly layerFromEnv = (overrides: Partial<SchedulerConfigShape> = {}) =>
-    Layer.effect(SchedulerConfig, Effect.map(SchedulerConfig.configFromEnv, (c) => ({ ...c, ...overrides })))
+  static readonly layerFromEnv = SchedulerConfig.layers.layerFromEnv
 }

@@ -5,14 +5,11 @@
  * `effect/Config` (`NATIVEGEN_STORE_*` from the environment).
  */
 import * as Config from "effect/Config"
-import type { ConfigError } from "effect/ConfigError"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
-import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { configLayers, fromEnv, setting } from "../../internal/ConfigLayers.js"
 import * as Seed from "./Seed.js"
 
 /** Store configuration. */
@@ -50,48 +47,34 @@ const defaults = (): StoreConfigShape => ({
 
 /** Reads `root`, `trustedKeys` (PEM texts), `maxManifestBytes`, `device`, `reapGrace` from the Config provider. */
 const config = Config.all({
-  root: Config.string("root").pipe(
-    Config.withDefault(defaultRoot()),
-    Config.withDescription("Store root directory")
-  ),
+  root: setting("string", "root", defaultRoot(), "Store root directory"),
   trustedKeys: Config.array(Config.string(), "trustedKeys").pipe(
     Config.withDefault([]),
     Config.withDescription("PEM ed25519 public keys trusted to sign manifests")
   ),
-  maxManifestBytes: Config.integer("maxManifestBytes").pipe(
-    Config.withDefault(65536),
-    Config.withDescription("Largest signed manifest accepted, checked before parsing")
-  ),
-  device: Config.string("device").pipe(Config.withDefault("cpu"), Config.withDescription("Default device name")),
-  reapGrace: Config.duration("reapGrace").pipe(
-    Config.withDefault(Duration.minutes(10)),
-    Config.withDescription("Minimum age of an unreferenced blob before reaping")
-  )
+  maxManifestBytes: setting("integer", "maxManifestBytes", 65536, "Largest signed manifest accepted, checked before parsing"),
+  device: setting("string", "device", "cpu", "Default device name"),
+  reapGrace: setting("duration", "reapGrace", Duration.minutes(10), "Minimum age of an unreferenced blob before reaping")
 })
-
-/** The environment's provider for the store: `NATIVEGEN_STORE_ROOT`, `NATIVEGEN_STORE_TRUSTED_KEYS`, ... */
-const envProvider = (): ConfigProvider.ConfigProvider =>
-  ConfigProvider.fromEnv().pipe(ConfigProvider.constantCase, ConfigProvider.nested("NATIVEGEN_STORE"))
 
 export class StoreConfig extends Context.Tag("nativegen/StoreConfig")<StoreConfig, StoreConfigShape>() {
   /** The defaults (computed: the root depends on the environment). */
   static readonly defaults = defaults
 
-  /** `options` over the defaults. */
-  static readonly layer = (options: Partial<StoreConfigShape> = {}): Layer.Layer<StoreConfig> =>
-    Layer.sync(StoreConfig, () => ({ ...defaults(), ...options }))
-
   /** The configurable fields, read from the current Config provider (the seed and its key's trust are options only). */
   static readonly config = config
 
+  private static readonly layers = configLayers(StoreConfig, { defaults, config, env: fromEnv("NATIVEGEN_STORE") })
+
+  /** `options` over the defaults. */
+  static readonly layer = StoreConfig.layers.layer
+
   /** `config` read from the environment (`NATIVEGEN_STORE_*`). */
-  static readonly configFromEnv = Effect.withConfigProvider(config, envProvider())
+  static readonly configFromEnv = StoreConfig.layers.configFromEnv
 
   /** `options` over `config` (the current Config provider) over the defaults. */
-  static readonly layerConfig = (options: Partial<StoreConfigShape> = {}): Layer.Layer<StoreConfig, ConfigError> =>
-    Layer.effect(StoreConfig, Effect.map(config, (read) => ({ ...defaults(), ...read, ...options })))
+  static readonly layerConfig = StoreConfig.layers.layerConfig
 
   /** `options` over `NATIVEGEN_STORE_ROOT`, `NATIVEGEN_STORE_TRUSTED_KEYS`, ... over the defaults. */
-  static readonly layerFromEnv = (options: Partial<StoreConfigShape> = {}): Layer.Layer<StoreConfig, ConfigError> =>
-    Layer.effect(StoreConfig, Effect.map(StoreConfig.configFromEnv, (read) => ({ ...defaults(), ...read, ...options })))
+  static readonly layerFromEnv = StoreConfig.layers.layerFromEnv
 }

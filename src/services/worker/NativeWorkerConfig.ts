@@ -4,12 +4,9 @@
  * (`NATIVEGEN_WORKER_*`). The models, child settings and child environment come from code.
  */
 import * as Config from "effect/Config"
-import type { ConfigError } from "effect/ConfigError"
-import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
-import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
+import { configLayers, fromEnv, setting } from "../../internal/ConfigLayers.js"
 import { type ChildSettings, defaultChildSettings } from "../../native/ChildSettings.js"
 import type { Role } from "../../native/Protocol.js"
 import type { RecoveryAction } from "./Readiness.js"
@@ -80,9 +77,6 @@ const defaults: NativeWorkerConfigShape = {
   childEnv: {}
 }
 
-const duration = (name: string, fallback: Duration.Duration, description: string) =>
-  Config.duration(name).pipe(Config.withDefault(fallback), Config.withDescription(description))
-
 /** The settings read from configuration: deadlines, intervals and the restart budget. */
 type Configured = Pick<
   NativeWorkerConfigShape,
@@ -100,26 +94,17 @@ type Configured = Pick<
 >
 
 const config: Config.Config<Configured> = Config.all({
-  prefillChunk: Config.integer("prefillChunk").pipe(
-    Config.withDefault(defaults.prefillChunk),
-    Config.withDescription("tokens per prefill chunk")
-  ),
-  stopTimeout: duration("stopTimeout", defaults.stopTimeout, "deadline of each stage of a child's graceful stop"),
-  stepDeadline: duration("stepDeadline", defaults.stepDeadline, "a step with no progress for this long is a hang"),
-  startDeadline: duration("startDeadline", defaults.startDeadline, "a child not greeting this long after spawn is stuck"),
-  loadDeadline: duration("loadDeadline", defaults.loadDeadline, "a load with no progress for this long is a hang"),
-  heartbeatInterval: duration("heartbeatInterval", defaults.heartbeatInterval, "how often an idle child is probed"),
-  restartIntensity: Config.integer("restartIntensity").pipe(
-    Config.withDefault(defaults.restartIntensity),
-    Config.withDescription("failures tolerated within the restart period")
-  ),
-  restartPeriod: duration("restartPeriod", defaults.restartPeriod, "the restart budget's window"),
-  restartBackoff: duration("restartBackoff", defaults.restartBackoff, "wait after an exhausted budget"),
-  readyTimeout: duration("readyTimeout", defaults.readyTimeout, "how long a request waits for a ready engine"),
-  recoveryLogLength: Config.integer("recoveryLogLength").pipe(
-    Config.withDefault(defaults.recoveryLogLength),
-    Config.withDescription("recovery actions kept for readiness")
-  )
+  prefillChunk: setting("integer", "prefillChunk", defaults.prefillChunk, "tokens per prefill chunk"),
+  stopTimeout: setting("duration", "stopTimeout", defaults.stopTimeout, "deadline of each stage of a child's graceful stop"),
+  stepDeadline: setting("duration", "stepDeadline", defaults.stepDeadline, "a step with no progress for this long is a hang"),
+  startDeadline: setting("duration", "startDeadline", defaults.startDeadline, "a child not greeting this long after spawn is stuck"),
+  loadDeadline: setting("duration", "loadDeadline", defaults.loadDeadline, "a load with no progress for this long is a hang"),
+  heartbeatInterval: setting("duration", "heartbeatInterval", defaults.heartbeatInterval, "how often an idle child is probed"),
+  restartIntensity: setting("integer", "restartIntensity", defaults.restartIntensity, "failures tolerated within the restart period"),
+  restartPeriod: setting("duration", "restartPeriod", defaults.restartPeriod, "the restart budget's window"),
+  restartBackoff: setting("duration", "restartBackoff", defaults.restartBackoff, "wait after an exhausted budget"),
+  readyTimeout: setting("duration", "readyTimeout", defaults.readyTimeout, "how long a request waits for a ready engine"),
+  recoveryLogLength: setting("integer", "recoveryLogLength", defaults.recoveryLogLength, "recovery actions kept for readiness")
 })
 
 export class NativeWorkerConfig extends Context.Tag("nativegen/NativeWorkerConfig")<
@@ -128,25 +113,21 @@ export class NativeWorkerConfig extends Context.Tag("nativegen/NativeWorkerConfi
 >() {
   static readonly defaults: NativeWorkerConfigShape = defaults
 
-  static readonly layer = (options: Partial<NativeWorkerConfigShape> = {}): Layer.Layer<NativeWorkerConfig> =>
-    Layer.succeed(NativeWorkerConfig, { ...defaults, ...options })
-
   /** Deadlines, intervals and the restart budget from the current ConfigProvider. */
   static readonly config = config
 
+  private static readonly layers = configLayers(NativeWorkerConfig, {
+    defaults: () => defaults,
+    config,
+    env: fromEnv("NATIVEGEN_WORKER")
+  })
+
+  /** `options` over the defaults. */
+  static readonly layer = NativeWorkerConfig.layers.layer
+
   /** `config` over the defaults, then `options` over both. */
-  static readonly layerConfig = (
-    options: Partial<NativeWorkerConfigShape> = {}
-  ): Layer.Layer<NativeWorkerConfig, ConfigError> =>
-    Layer.effect(NativeWorkerConfig, Effect.map(config, (read) => ({ ...defaults, ...read, ...options })))
+  static readonly layerConfig = NativeWorkerConfig.layers.layerConfig
 
   /** `NATIVEGEN_WORKER_STEP_DEADLINE`, `NATIVEGEN_WORKER_RESTART_INTENSITY`, ... */
-  static readonly layerFromEnv = (
-    options: Partial<NativeWorkerConfigShape> = {}
-  ): Layer.Layer<NativeWorkerConfig, ConfigError> =>
-    NativeWorkerConfig.layerConfig(options).pipe(
-      Layer.provide(Layer.setConfigProvider(
-        ConfigProvider.fromEnv().pipe(ConfigProvider.constantCase, ConfigProvider.nested("NATIVEGEN_WORKER"))
-      ))
-    )
+  static readonly layerFromEnv = NativeWorkerConfig.layers.layerFromEnv
 }
