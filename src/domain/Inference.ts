@@ -95,6 +95,11 @@ export type ResponseFormat = typeof ResponseFormat.Type
 
 export const GenerateRequest = Schema.Struct({
   messages: Schema.Array(ChatMessage),
+  /**
+   * Plain text for the model to continue, without the chat template (its special-token texts are
+   * read as those tokens): for completion APIs. `messages` must then be empty; no checkpoint.
+   */
+  prompt: Schema.optional(Schema.String),
   /** Conversation id: turns of one conversation share a sequence and its cache. */
   conversation: Schema.optional(Schema.String),
   /** The checkpoint the previous turn of this conversation ended with. */
@@ -106,6 +111,11 @@ export const GenerateRequest = Schema.Struct({
   lane: Schema.optional(GenerationLane),
   /** Report each generated token's probability (under the sampling options) on its Text chunk. */
   probabilities: Schema.optional(Schema.Boolean),
+  /**
+   * With probabilities: also the N most probable tokens at each step (0 to MAX_TOP_PROBABILITIES),
+   * as each Text chunk's `candidates`.
+   */
+  topProbabilities: Schema.optional(Schema.Int),
   /** Tools the model may call (names unique); its calls come back as ToolCall chunks. */
   tools: Schema.optional(Schema.Array(ToolDefinition)),
   /** False asks the template to skip thinking (Qwen3's `enable_thinking`); absent leaves it to the template. */
@@ -150,6 +160,14 @@ export const Timings = Schema.Struct({
 })
 export type Timings = typeof Timings.Type
 
+/** One of the most probable tokens at a step: its id, its text and its probability. */
+export const TokenCandidate = Schema.Struct({
+  token: Schema.NonNegativeInt,
+  text: Schema.String,
+  probability: Schema.Number
+})
+export type TokenCandidate = typeof TokenCandidate.Type
+
 export const GenerateChunk = Schema.Union(
   /** Text of one channel, with the tokens behind it (markers never appear). */
   Schema.TaggedStruct("Text", {
@@ -157,7 +175,11 @@ export const GenerateChunk = Schema.Union(
     text: Schema.String,
     tokens: Schema.Array(Schema.NonNegativeInt),
     /** Per token, its probability when the request asked for them. */
-    probabilities: Schema.optional(Schema.Array(Schema.Number))
+    probabilities: Schema.optional(Schema.Array(Schema.Number)),
+    /** Per token, its own text, when the request asked for probabilities. */
+    tokenTexts: Schema.optional(Schema.Array(Schema.String)),
+    /** Per token, the most probable tokens at its step (most probable first), when asked for. */
+    candidates: Schema.optional(Schema.Array(Schema.Array(TokenCandidate)))
   }),
   /** A tool call the model made: the tool's name and its parsed JSON arguments. */
   Schema.TaggedStruct("ToolCall", {

@@ -10,6 +10,8 @@ import { type ChatMessage, CountRequest, DecideRequest, GenerateRequest, Prepare
 /** Most heads in one decision request, and most stop strings in one generation. */
 export const MAX_HEADS = 16
 export const MAX_STOP_STRINGS = 16
+/** Most candidates per step a generation may ask for (`topProbabilities`), as OpenAI allows. */
+export const MAX_TOP_PROBABILITIES = 20
 /** Longest conversation id. */
 export const MAX_CONVERSATION_ID = 256
 /**

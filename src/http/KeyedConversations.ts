@@ -1,0 +1,106 @@
+/**
+ * Continuation reuse for clients that resend the whole history (every OpenAI and Ollama client).
+ * A request may name a conversation key; the runtime's conversation is then `http:<key>`, and the
+ * key's last turn is remembered: the messages sent and the reply as the client will resend it
+ * (its answer text and tool calls), with the turn's checkpoint. When the next request's messages
+ * begin with exactly that turn and add a new one, it runs as a continuation of the checkpoint (the
+ * cached prompt and output are reused, not re-prefilled); otherwise it runs as a plain turn of
+ * the conversation (its slot's prefix still reused). A checkpoint the runtime no longer holds is
+ * dropped and the request runs as a plain turn: nothing fails for a stale key.
+ *
+ * Keys are bounded (least recently used forgotten first). Thoughts are not compared: clients
+ * drop `reasoning_content`, and the runtime holds what was generated anyway.
+ */
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { Provider } from "../services/Provider.js"
+import type { ProviderError } from "../services/ProviderError.js"
+
+/** Longest conversation key a client may send (the runtime's id adds the `http:` prefix). */
+export const MAX_KEY_LENGTH = 200
+/** Keys remembered at once. */
+export const MAX_KEYS = 1024
+
+export class KeyedConversations extends Context.Tag("nativegen/http/KeyedConversations")<KeyedConversations, {
+  /**
+   * The generation for `request` under the client's conversation key (none: a plain generation).
+   * The key must be 1 to MAX_KEY_LENGTH characters (the API checks it and names its field).
+   */
+  readonly generate: (key: string | undefined, request: GenerateRequest) => Stream.Stream<GenerateChunk, ProviderError>
+}>() {}
+
+interface Turn {
+  /** The messages sent, then the reply as the client resends it. */
+  readonly messages: ReadonlyArray<ChatMessage>
+  readonly checkpoint: Checkpoint
+}
+
+/** What of a message a resent history must repeat: role, content, tool calls (name and arguments), tool call id. */
+const sameMessage = (a: ChatMessage, b: ChatMessage) =>
+  a.role === b.role &&
+  a.content === b.content &&
+  (a.toolCallId ?? null) === (b.toolCallId ?? null) &&
+  JSON.stringify((a.toolCalls ?? []).map((c) => [c.name, c.arguments])) ===
+    JSON.stringify((b.toolCalls ?? []).map((c) => [c.name, c.arguments]))
+
+/** Whether `messages` repeat `turn` and add at least one message after it. */
+export const extendsTurn = (messages: ReadonlyArray<ChatMessage>, turn: ReadonlyArray<ChatMessage>) =>
+  messages.length > turn.length && turn.every((m, i) => sameMessage(m, messages[i]!))
+
+/** The assistant message a client resends for a generation's chunks. */
+export const replyOf = (chunks: ReadonlyArray<GenerateChunk>): ChatMessage => {
+  let content = ""
+  const toolCalls: Array<{ id: string; name: string; arguments: { readonly [key: string]: unknown } }> = []
+  for (const chunk of chunks) {
+    if (chunk._tag === "Text" && chunk.channel === "answer") content += chunk.text
+    if (chunk._tag === "ToolCall") toolCalls.push({ id: chunk.id, name: chunk.name, arguments: chunk.arguments })
+  }
+  return { role: "assistant", content, ...(toolCalls.length === 0 ? {} : { toolCalls }) }
+}
+
+export const make = Effect.gen(function*() {
+  const provider = yield* Provider
+  /** Insertion order is recency: a key used again is moved to the end. */
+  const turns = new Map<string, Turn>()
+
+  const remember = (key: string, turn: Turn) => {
+    turns.delete(key)
+    turns.set(key, turn)
+    if (turns.size > MAX_KEYS) turns.delete(turns.keys().next().value!)
+  }
+
+  const generate = (key: string | undefined, request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
+    if (key === undefined) return provider.generate(request)
+    return Stream.suspend(() => {
+      const conversation = `http:${key}`
+      const plain: GenerateRequest = { ...request, conversation }
+      const last = turns.get(key)
+      const continued = request.prompt === undefined && last !== undefined && extendsTurn(request.messages, last.messages)
+      const run = continued
+        ? provider.generate({ ...plain, checkpoint: last.checkpoint }).pipe(
+          // Refused before any output (the checkpoint is checked first): run it as a plain turn.
+          Stream.catchTag("InvalidCheckpoint", () => provider.generate(plain))
+        )
+        : provider.generate(plain)
+      if (request.prompt !== undefined) return run
+      const seen: Array<GenerateChunk> = []
+      return run.pipe(
+        Stream.tap((chunk) =>
+          Effect.sync(() => {
+            if (chunk._tag !== "Done") return seen.push(chunk)
+            if (chunk.checkpoint !== undefined) {
+              remember(key, { messages: [...request.messages, replyOf(seen)], checkpoint: chunk.checkpoint })
+            }
+          })
+        )
+      )
+    })
+  }
+
+  return KeyedConversations.of({ generate })
+})
+
+export const layer: Layer.Layer<KeyedConversations, never, Provider> = Layer.effect(KeyedConversations, make)

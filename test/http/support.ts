@@ -1,0 +1,40 @@
+/**
+ * A real runtime (engine child on the generated models) behind the HTTP server on a free
+ * loopback port, for the HTTP tests: `httpServer()` in a scope gives the base URL and the
+ * Provider (to watch readiness and the scheduler). Each call builds its own runtime.
+ */
+import type * as HttpServer from "@effect/platform/HttpServer"
+import * as HttpServerTag from "@effect/platform/HttpServer"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { ensureModel } from "../../fixtures/models.js"
+import { HttpConfig, type HttpConfigShape } from "../../src/http/HttpConfig.js"
+import * as Http from "../../src/http/Server.js"
+import type { RuntimeOptions } from "../../src/layers/Runtime.js"
+import { Provider } from "../../src/services/Provider.js"
+import { runtimeLayer } from "../support/engine.js"
+
+export interface HttpServerOptions {
+  readonly http?: Partial<HttpConfigShape>
+  readonly runtime?: Partial<RuntimeOptions>
+  /** The generation model (default qwen-chat: Qwen3's real tokenizer and template) and the decision model. */
+  readonly models?: { readonly generation?: string; readonly decision?: string }
+}
+
+const urlOf = (address: HttpServer.Address) =>
+  address._tag === "TcpAddress" ? `http://${address.hostname}:${address.port}` : `unix:${address.path}`
+
+/** A runtime and its HTTP server in the current scope. */
+export const httpServer = (options: HttpServerOptions = {}) =>
+  Effect.gen(function*() {
+    const config: HttpConfigShape = { ...HttpConfig.defaults, listen: { _tag: "Tcp", host: "127.0.0.1", port: 0 }, ...options.http }
+    const runtime = runtimeLayer(options.runtime, {
+      generation: options.models?.generation ?? ensureModel("qwen-chat"),
+      decision: options.models?.decision ?? ensureModel("qwen-decision")
+    })
+    const context = yield* Layer.build(Http.layer(config).pipe(Layer.provideMerge(runtime)))
+    const server = HttpServerTag.HttpServer
+    const { address } = yield* Effect.provide(server, context)
+    const provider = yield* Effect.provide(Provider, context)
+    return { baseUrl: urlOf(address), address, provider, config }
+  })
