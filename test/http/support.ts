@@ -5,6 +5,7 @@
  */
 import type * as HttpServer from "@effect/platform/HttpServer"
 import * as HttpServerTag from "@effect/platform/HttpServer"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { ensureModel } from "../../fixtures/models.js"
@@ -38,3 +39,8 @@ export const httpServer = (options: HttpServerOptions = {}) =>
     const provider = yield* Effect.provide(Provider, context)
     return { baseUrl: urlOf(address), address, provider, config }
   })
+
+/** A running server, as a service: share one per file with `layer(HttpTest.layer(...))(...)` from @effect/vitest. */
+export class HttpTest extends Context.Tag("test/HttpTest")<HttpTest, Effect.Effect.Success<ReturnType<typeof httpServer>>>() {
+  static readonly layer = (options: HttpServerOptions = {}) => Layer.scoped(HttpTest, httpServer(options))
+}
