@@ -320,6 +320,8 @@ export const Readiness = Schema.Struct({
   })),
   roles: Schema.Array(Schema.Struct({
     role: Role,
+    /** The model's name: its store name, or its file name without `.gguf` when loaded by path. */
+    model: Schema.String,
     modelPath: Schema.String,
     manifestDigest: Schema.NullOr(Schema.String),
     revision: Schema.NullOr(Schema.Int),

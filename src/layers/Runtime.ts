@@ -238,7 +238,7 @@ export const layer = (options: Partial<RuntimeOptions> = {}) =>
         return {
           modelPath: gguf.path,
           digest: gguf.digest.replace(/^sha256:/, ""),
-          revision: { manifestDigest: model.manifestDigest, revision: model.revision }
+          revision: { model: model.model, manifestDigest: model.manifestDigest, revision: model.revision }
         }
       }
 

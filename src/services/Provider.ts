@@ -16,6 +16,7 @@ import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as FiberMap from "effect/FiberMap"
 import * as Crypto from "node:crypto"
+import * as Path from "node:path"
 import type {
   CountRequest,
   CountResult,
@@ -396,6 +397,7 @@ export const make = Effect.gen(function*() {
         const admitted = budget.admitted?.roles.find((a) => a.role === r.role)
         return {
           role: r.role,
+          model: r.revision?.model ?? Path.basename(r.modelPath).replace(/\.gguf$/i, ""),
           modelPath: r.modelPath,
           manifestDigest: r.revision?.manifestDigest ?? null,
           revision: r.revision?.revision ?? null,

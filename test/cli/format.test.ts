@@ -171,6 +171,7 @@ describe("Format", () => {
       },
       roles: [{
         role: "generation",
+        model: "qwen-chat",
         modelPath: `/s/blobs/sha256/7d/${"7d".repeat(32)}`,
         manifestDigest: `sha256:${"ab".repeat(32)}`,
         revision: 1,

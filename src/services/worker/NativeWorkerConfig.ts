@@ -17,8 +17,8 @@ export interface RoleModel {
   readonly contextSize: number
   /** Parallel sequences (conversation slots) in the role's context. Default 1. */
   readonly sequences?: number | undefined
-  /** The host-owned revision of this model (manifest digest and revision), shown in readiness. */
-  readonly revision?: { readonly manifestDigest: string; readonly revision: number } | undefined
+  /** The host-owned revision of this model (its store name, manifest digest and revision), shown in readiness. */
+  readonly revision?: { readonly model: string; readonly manifestDigest: string; readonly revision: number } | undefined
 }
 
 export interface NativeWorkerConfigShape {
