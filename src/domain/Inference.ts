@@ -294,6 +294,22 @@ export const PrepareResult = Schema.Struct({
 })
 export type PrepareResult = typeof PrepareResult.Type
 
+/** One finished generation, for plots of throughput and latency over the last requests. */
+export const GenerationSample = Schema.Struct({
+  /** When its Done chunk was made (ISO 8601). */
+  finishedAt: Schema.String,
+  lane: Lane,
+  stopReason: StopReason,
+  promptTokens: Schema.NonNegativeInt,
+  reusedTokens: Schema.NonNegativeInt,
+  generatedTokens: Schema.NonNegativeInt,
+  reuse: ReuseKind,
+  firstTokenMillis: Schema.Number,
+  decodeTokensPerSecond: Schema.Number,
+  totalMillis: Schema.Number
+})
+export type GenerationSample = typeof GenerationSample.Type
+
 export const EngineState = Schema.Literal("starting", "loading", "warming", "ready", "repairing", "failed", "stopped")
 export type EngineState = typeof EngineState.Type
 
@@ -316,7 +332,9 @@ export const Readiness = Schema.Struct({
     budgetBytes: Schema.Number,
     chargedBytes: Schema.Number,
     freeBytes: Schema.Number,
-    waiting: Schema.Int
+    waiting: Schema.Int,
+    /** What the charge is made of: resident weights, KV caches, request workspace (bytes). */
+    byKind: Schema.optional(Schema.Struct({ weights: Schema.Number, kv: Schema.Number, workspace: Schema.Number }))
   })),
   roles: Schema.Array(Schema.Struct({
     role: Role,
@@ -334,13 +352,17 @@ export const Readiness = Schema.Struct({
     running: Schema.Int,
     queued: Schema.Int,
     slots: Schema.Int,
-    conversations: Schema.Int
+    conversations: Schema.Int,
+    /** Running and queued requests per lane, from the highest priority to the lowest. */
+    lanes: Schema.optional(Schema.Array(Schema.Struct({ lane: Lane, running: Schema.Int, queued: Schema.Int })))
   }),
   recoveryActions: Schema.Array(Schema.Struct({
     at: Schema.String,
     kind: Schema.String,
     reason: Schema.String,
     outcome: Schema.String
-  }))
+  })),
+  /** The last generations that finished (oldest first, at most RECENT_GENERATIONS), as their Done chunks measured them. */
+  recentGenerations: Schema.optional(Schema.Array(GenerationSample))
 })
 export type Readiness = typeof Readiness.Type

@@ -40,6 +40,7 @@ import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
+import * as RecentGenerations from "./provider/RecentGenerations.js"
 import { ValidCountRequest, ValidDecideRequest, ValidGenerateRequest, ValidPrepareRequest } from "../domain/RequestRules.js"
 import { invalid, jsonSchemaOf, validate } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
@@ -90,6 +91,7 @@ export const make = Effect.gen(function*() {
   const preparing = yield* FiberMap.make<string, void, ProviderError>()
   /** Conversations whose slot was last filled by a preparation. */
   const prepared = new Set<string>()
+  const recent = RecentGenerations.make()
 
   /**
    * Makes room for a turn of `conversation`: its own preparation is interrupted, and when no
@@ -273,7 +275,7 @@ export const make = Effect.gen(function*() {
             ...(truncatedChannel === null ? {} : { truncatedChannel })
           } satisfies GenerateChunk
         })
-        return Stream.concat(steps, Stream.fromEffect(done))
+        return Stream.concat(steps, Stream.fromEffect(Effect.tap(done, (chunk) => recent.record(request.lane ?? "foreground", chunk))))
       })
     )
 
@@ -391,7 +393,8 @@ export const make = Effect.gen(function*() {
         budgetBytes: budget.budgetBytes,
         chargedBytes: budget.chargedBytes,
         freeBytes: budget.freeBytes,
-        waiting: budget.waiting.length
+        waiting: budget.waiting.length,
+        byKind: { weights: budget.byKind.weights.bytes, kv: budget.byKind.kv.bytes, workspace: budget.byKind.workspace.bytes }
       },
       roles: ready.roles.map((r) => {
         const admitted = budget.admitted?.roles.find((a) => a.role === r.role)
@@ -407,7 +410,8 @@ export const make = Effect.gen(function*() {
         }
       }),
       scheduler: sched,
-      recoveryActions: ready.recoveryActions.map((a) => ({ ...a, at: a.at.toISOString() }))
+      recoveryActions: ready.recoveryActions.map((a) => ({ ...a, at: a.at.toISOString() })),
+      recentGenerations: recent.list()
     } satisfies Readiness
   })
 

@@ -20,6 +20,7 @@ import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { EngineUnavailable } from "../domain/EngineError.js"
 import type { Lane } from "../domain/Inference.js"
+import { lanes } from "../internal/LaneQueue.js"
 import { Admission } from "./Admission.js"
 import type { WorkspaceTooLarge } from "./AdmissionError.js"
 import { NativeWorker } from "./NativeWorker.js"
@@ -53,6 +54,8 @@ export interface SchedulerStatus {
   readonly conversations: number
   /** Conversation slots no request holds now. */
   readonly idleConversationSlots: number
+  /** Running and queued requests per lane, from the highest priority to the lowest. */
+  readonly lanes: ReadonlyArray<{ readonly lane: Lane; readonly running: number; readonly queued: number }>
 }
 
 export type AdmitError = QueueFull | QueueTimeout | WorkspaceTooLarge | EngineUnavailable
@@ -86,8 +89,10 @@ export const make = Effect.gen(function*() {
   const slots = yield* SlotPool.make(config.slots)
   // Anonymous sequences come after the conversation slots in the generation context.
   const anonymous = yield* SlotPool.make(config.anonymousSlots)
-  let queued = 0
-  let running = 0
+  /** Requests queued and running per lane (index in `lanes` order). */
+  const queuedIn = lanes.map(() => 0)
+  const runningIn = lanes.map(() => 0)
+  const total = (counts: ReadonlyArray<number>) => counts.reduce((a, b) => a + b, 0)
 
   /** Waits for a ready engine; a worker that has given up fails at once with its reason. */
   const engineReady = worker.states.pipe(
@@ -110,8 +115,9 @@ export const make = Effect.gen(function*() {
   ) =>
     Effect.gen(function*() {
       const start = yield* Clock.currentTimeMillis
-      if (queued >= config.maxQueued) return yield* new QueueFull({ lane, limit: config.maxQueued })
-      queued++
+      if (total(queuedIn) >= config.maxQueued) return yield* new QueueFull({ lane, limit: config.maxQueued })
+      const index = lanes.indexOf(lane)
+      queuedIn[index]!++
       let waitingFor = "a slot"
       const result = yield* wait((next) => Effect.sync(() => void (waitingFor = next))).pipe(
         Effect.timeoutFail({
@@ -119,9 +125,9 @@ export const make = Effect.gen(function*() {
           onTimeout: () =>
             new QueueTimeout({ lane, waitedMillis: Duration.toMillis(config.queueTimeout), reason: `waiting for ${waitingFor}` })
         }),
-        Effect.ensuring(Effect.sync(() => queued--))
+        Effect.ensuring(Effect.sync(() => void queuedIn[index]!--))
       )
-      yield* Effect.acquireRelease(Effect.sync(() => running++), () => Effect.sync(() => running--))
+      yield* Effect.acquireRelease(Effect.sync(() => void runningIn[index]!++), () => Effect.sync(() => void runningIn[index]!--))
       return { result, queuedMillis: (yield* Clock.currentTimeMillis) - start }
     })
 
@@ -162,11 +168,12 @@ export const make = Effect.gen(function*() {
     decision,
     slotOf: slots.slotOf,
     status: Effect.map(slots.status, (s) => ({
-      running,
-      queued,
+      running: total(runningIn),
+      queued: total(queuedIn),
       slots: s.slots + config.anonymousSlots,
       conversations: s.owned,
-      idleConversationSlots: s.slots - s.busy
+      idleConversationSlots: s.slots - s.busy,
+      lanes: lanes.map((lane, i) => ({ lane, running: runningIn[i]!, queued: queuedIn[i]! }))
     }))
   })
 })
