@@ -11,14 +11,17 @@ import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
 import * as Layer from "effect/Layer"
 import * as Http from "node:http"
 import type { Provider } from "../services/Provider.js"
+import * as Console from "./Console.js"
 import * as Health from "./Health.js"
 import { HttpConfig, type HttpConfigShape, type Listen } from "./HttpConfig.js"
 import * as KeyedConversations from "./KeyedConversations.js"
+import * as Models from "./Models.js"
 import * as Ollama from "./Ollama.js"
 import * as OpenAi from "./OpenAi.js"
+import * as Status from "./Status.js"
 
 /** Every route, each module's own layer. */
-export const routes = Layer.mergeAll(Health.routes, OpenAi.routes, Ollama.routes)
+export const routes = Layer.mergeAll(Health.routes, OpenAi.routes, Ollama.routes, Status.routes, Models.routes, Console.routes)
 
 const listenOptions = (listen: Listen) => (listen._tag === "Tcp" ? { host: listen.host, port: listen.port } : { path: listen.path })
 
