@@ -5,6 +5,7 @@ import type { Asset } from "./Asset.js"
 import { chatPage } from "./ChatPage.js"
 import { decidePage } from "./DecidePage.js"
 import { dom } from "./Dom.js"
+import { icon } from "./Icon.js"
 import { modelsPage } from "./ModelsPage.js"
 import { page } from "./Page.js"
 import { plot } from "./Plot.js"
@@ -13,4 +14,4 @@ import { style } from "./Style.js"
 
 export { page }
 
-export const assets: ReadonlyArray<Asset> = [style, app, api, dom, plot, statusPage, chatPage, decidePage, modelsPage]
+export const assets: ReadonlyArray<Asset> = [style, icon, app, api, dom, plot, statusPage, chatPage, decidePage, modelsPage]

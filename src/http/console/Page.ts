@@ -9,6 +9,7 @@ export const page = html(
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>nativegen</title>
+<link rel="icon" href="/console/icon.svg" type="image/svg+xml">
 <link rel="stylesheet" href="/console/style.css">
 <script type="module" src="/console/app.js"></script>
 </head>

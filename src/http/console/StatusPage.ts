@@ -115,9 +115,11 @@ function generations(readiness) {
 function memoryOverTime(samples) {
   const budget = samples.length === 0 ? undefined : samples[samples.length - 1].budget
   return lineChart({
-    title: "Memory charged over the last " + samples.length + " samples",
-    series: [{ label: "charged", values: samples.map((m) => m.charged) }],
-    lines: budget === undefined ? [] : [{ label: "budget " + bytes(budget), value: budget }],
+    title: "Memory charged" + (budget === undefined ? "" : " (budget " + bytes(budget) + ")") + ", last " + samples.length + " samples",
+    series: [
+      { label: "charged", values: samples.map((m) => m.charged) },
+      { label: "workspace", values: samples.map((m) => m.workspace) }
+    ],
     format: bytes,
     xLabel: "one a second"
   })
@@ -159,7 +161,8 @@ export function mount(root, { setConnection }) {
   const render = (status) => {
     const readiness = status.readiness
     if (readiness.budget !== null) {
-      samples.push({ charged: readiness.budget.chargedBytes, budget: readiness.budget.budgetBytes })
+      const budget = readiness.budget
+      samples.push({ charged: budget.chargedBytes, workspace: budget.byKind?.workspace ?? 0, budget: budget.budgetBytes })
       if (samples.length > memorySamples) samples.shift()
     }
     fill(sections.engine, engineFacts(status))

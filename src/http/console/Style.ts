@@ -53,6 +53,8 @@ header.top nav a[aria-current="page"] { font-weight: 700; border-bottom: 2px sol
 .connection { margin-left: auto; font-size: 0.85rem; color: var(--muted); }
 main { padding: 1rem; max-width: 72rem; margin: 0 auto; }
 h1 { font-size: 1.4rem; margin: 0 0 0.75rem; }
+h1[tabindex="-1"]:focus { outline: none; }
+.grid + .grid { margin-top: 1rem; }
 h2 { font-size: 1.05rem; margin: 0 0 0.5rem; }
 .grid { display: grid; gap: 1rem; grid-template-columns: repeat(auto-fit, minmax(min(100%, 22rem), 1fr)); }
 section.card { background: var(--panel); border: 1px solid var(--line); border-radius: 6px; padding: 0.8rem 1rem; min-width: 0; }

@@ -1,0 +1,147 @@
+/**
+ * The web console in a real browser (Debian's headless Chromium through playwright-core) against
+ * a real server: the store-backed runtime with the seed. Each page loads and works in a narrow
+ * window (nothing wider than the viewport) without a script error; a chat streams, and stopping
+ * it (Escape, or the Stop button) stops the engine; a SIGKILLed engine child's repair appears on
+ * the status page.
+ *
+ * Screenshots are saved under `.cache/artifacts/console/` (git-ignored): status.png, chat.png,
+ * decide.png, models.png, repaired.png.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+import { type Browser, chromium, type Page } from "playwright-core"
+import { awaitGone } from "../support/processes.js"
+import { HttpSeeded } from "./seeded.js"
+
+const chromiumPath = "/usr/bin/chromium"
+export const artifacts = Path.resolve(import.meta.dirname, "..", "..", ".cache", "artifacts", "console")
+
+/** A narrow window, as on a phone held upright or a side panel. */
+const viewport = { width: 420, height: 860 }
+
+class Chromium extends Context.Tag("test/Chromium")<Chromium, Browser>() {
+  static readonly layer = Layer.scoped(
+    Chromium,
+    Effect.acquireRelease(
+      Effect.promise(() => chromium.launch({ executablePath: chromiumPath, args: ["--no-sandbox"] })),
+      (browser) => Effect.promise(() => browser.close())
+    )
+  )
+}
+
+/**
+ * A page of the console in a fresh browser context, closed with the scope; fails the test on any
+ * script error or console error the page reports.
+ */
+const openPage = (hash: string) =>
+  Effect.gen(function*() {
+    const browser = yield* Chromium
+    const { baseUrl } = yield* HttpSeeded
+    const context = yield* Effect.acquireRelease(
+      Effect.promise(() => browser.newContext({ viewport })),
+      (context) => Effect.promise(() => context.close())
+    )
+    const page = yield* Effect.promise(() => context.newPage())
+    const errors: Array<string> = []
+    page.on("pageerror", (error) => errors.push(error.message))
+    page.on("console", (message) => {
+      if (message.type() === "error") errors.push(message.text())
+    })
+    yield* Effect.addFinalizer(() => Effect.sync(() => assert.deepStrictEqual(errors, [], "errors in the page")))
+    yield* Effect.promise(() => page.goto(`${baseUrl}/#/${hash}`))
+    return page
+  })
+
+const run = <A>(f: () => Promise<A>) => Effect.promise(f)
+
+/** Nothing is wider than the window: no sideways scrolling. */
+const fitsTheWindow = (page: Page) =>
+  Effect.gen(function*() {
+    const widths = yield* run(() =>
+      page.evaluate<{ content: number; window: number }>("({ content: document.documentElement.scrollWidth, window: window.innerWidth })")
+    )
+    assert.isAtMost(widths.content, widths.window, "the page scrolls sideways")
+  })
+
+const screenshot = (page: Page, name: string) =>
+  run(() => page.screenshot({ path: Path.join(artifacts, name), fullPage: true }))
+
+describe("web console in Chromium", () => {
+  Fs.mkdirSync(artifacts, { recursive: true })
+  layer(Layer.merge(HttpSeeded.layer(), Chromium.layer), { timeout: 240_000, excludeTestServices: true })((it) => {
+    it.scoped("status: the engine, the models, the memory budget, lanes and plots, live", () =>
+      Effect.gen(function*() {
+        const page = yield* openPage("status")
+        const { provider } = yield* HttpSeeded
+        const readiness = yield* provider.readiness
+        yield* run(() => page.locator("#engine-state[data-state=ready]").waitFor())
+        assert.strictEqual(yield* run(() => page.locator("#engine-incarnation").textContent()), String(readiness.engine.incarnation))
+        assert.strictEqual(yield* run(() => page.locator("#engine-pid").textContent()), String(readiness.engine.pid))
+        const roles = yield* run(() => page.locator("#roles tbody tr").allTextContents())
+        assert.match(roles[0]!, /generation.*qwen-chat/)
+        assert.match(roles[1]!, /decision.*qwen-decision/)
+        assert.match((yield* run(() => page.locator("#memory .bar").getAttribute("aria-label"))) ?? "", /^Weights .*KV cache .*free/)
+        assert.strictEqual(yield* run(() => page.locator("#lanes tbody tr").count()), 4)
+        assert.strictEqual(yield* run(() => page.locator("#scheduler-running").textContent()), "0")
+        // Memory over time grows by a sample a second.
+        yield* run(() => page.locator("#memory-time circle").nth(2).waitFor({ timeout: 20_000 }))
+        // Arriving on a page puts the focus on its heading.
+        assert.isTrue(yield* run(() => page.evaluate<boolean>("document.activeElement === document.querySelector('main h1')")))
+        yield* fitsTheWindow(page)
+        yield* screenshot(page, "status.png")
+      }))
+
+    it.scoped("decide: a probability bar per label of each head", () =>
+      Effect.gen(function*() {
+        const page = yield* openPage("decide")
+        yield* run(() => page.getByLabel("Prompt").fill("The soup was cold and the waiter was rude."))
+        yield* run(() => page.getByRole("button", { name: "Add head" }).click())
+        yield* run(() => page.getByLabel("Head").nth(1).fill("topic"))
+        yield* run(() => page.getByLabel("Labels (comma-separated)").nth(1).fill("food, travel"))
+        yield* run(() => page.getByRole("button", { name: "Decide" }).click())
+        const meters = page.getByRole("meter")
+        yield* run(() => meters.first().waitFor())
+        assert.strictEqual(yield* run(() => meters.count()), 5)
+        const sentiment = yield* run(() =>
+          page.locator("[data-head=sentiment] [role=meter]").evaluateAll((ms) => ms.map((m) => Number(m.getAttribute("aria-valuenow"))))
+        )
+        assert.closeTo(sentiment.reduce((a, b) => a + b, 0), 100, 0.5)
+        yield* fitsTheWindow(page)
+        yield* screenshot(page, "decide.png")
+      }))
+
+    it.scoped("models: the active models with their signer; verify hashes them", () =>
+      Effect.gen(function*() {
+        const page = yield* openPage("models")
+        const chat = page.locator("[data-model=qwen-chat]")
+        yield* run(() => chat.waitFor())
+        assert.match((yield* run(() => chat.textContent())) ?? "", /generation \(running now\).*ed25519:/)
+        yield* run(() => chat.getByRole("button", { name: "Verify qwen-chat" }).click())
+        yield* run(() => chat.getByText("Verified: every artifact hashes to its digest.").waitFor())
+        yield* fitsTheWindow(page)
+        yield* screenshot(page, "models.png")
+      }))
+
+    it.scoped("SIGKILL of the engine child: the repair appears on the status page", () =>
+      Effect.gen(function*() {
+        const page = yield* openPage("status")
+        yield* run(() => page.locator("#engine-state[data-state=ready]").waitFor())
+        const pid = Number(yield* run(() => page.locator("#engine-pid").textContent()))
+        const incarnation = Number(yield* run(() => page.locator("#engine-incarnation").textContent()))
+        process.kill(pid, "SIGKILL")
+        yield* awaitGone(pid)
+        const repair = page.locator("#recovery-actions li[data-kind=exit]")
+        yield* run(() => repair.waitFor({ timeout: 120_000 }))
+        assert.match((yield* run(() => repair.textContent())) ?? "", new RegExp(`engine child ${pid} .*SIGKILL`))
+        yield* run(() => page.locator("#engine-state[data-state=ready]").waitFor({ timeout: 120_000 }))
+        yield* run(() => page.locator("#recovery-actions li[data-kind=exit][data-outcome=replaced]").waitFor())
+        assert.strictEqual(Number(yield* run(() => page.locator("#engine-incarnation").textContent())), incarnation + 1)
+        yield* screenshot(page, "repaired.png")
+      }))
+  })
+})
