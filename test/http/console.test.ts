@@ -12,6 +12,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { type Browser, chromium, type Page } from "playwright-core"
@@ -19,6 +20,10 @@ import { awaitGone } from "../support/processes.js"
 import { HttpSeeded } from "./seeded.js"
 
 const chromiumPath = "/usr/bin/chromium"
+/** The seed chat model's scripted reply. */
+const REPLY = "Hello! I am the nativegen seed model."
+/** A JSON schema with an unbounded string: under it the scripted model writes until max tokens. */
+const longJson = { type: "json_schema", json_schema: { name: "long", schema: { type: "object", properties: { text: { type: "string" } } } } }
 export const artifacts = Path.resolve(import.meta.dirname, "..", "..", ".cache", "artifacts", "console")
 
 /** A narrow window, as on a phone held upright or a side panel. */
@@ -82,9 +87,9 @@ describe("web console in Chromium", () => {
         yield* run(() => page.locator("#engine-state[data-state=ready]").waitFor())
         assert.strictEqual(yield* run(() => page.locator("#engine-incarnation").textContent()), String(readiness.engine.incarnation))
         assert.strictEqual(yield* run(() => page.locator("#engine-pid").textContent()), String(readiness.engine.pid))
-        const roles = yield* run(() => page.locator("#roles tbody tr").allTextContents())
-        assert.match(roles[0]!, /generation.*qwen-chat/)
-        assert.match(roles[1]!, /decision.*qwen-decision/)
+        assert.strictEqual(yield* run(() => page.locator("[data-role=generation] .role-model").textContent()), "qwen-chat")
+        assert.strictEqual(yield* run(() => page.locator("[data-role=decision] .role-model").textContent()), "qwen-decision")
+        assert.match((yield* run(() => page.locator("[data-role=generation]").textContent())) ?? "", /Revision1.*2048 tokens admitted of a cap of 2048/)
         assert.match((yield* run(() => page.locator("#memory .bar").getAttribute("aria-label"))) ?? "", /^Weights .*KV cache .*free/)
         assert.strictEqual(yield* run(() => page.locator("#lanes tbody tr").count()), 4)
         assert.strictEqual(yield* run(() => page.locator("#scheduler-running").textContent()), "0")
@@ -94,6 +99,63 @@ describe("web console in Chromium", () => {
         assert.isTrue(yield* run(() => page.evaluate<boolean>("document.activeElement === document.querySelector('main h1')")))
         yield* fitsTheWindow(page)
         yield* screenshot(page, "status.png")
+      }))
+
+    it.scoped("chat: the reply streams in, the thoughts collapsed, then the usage line with the reuse kind and first-token time", () =>
+      Effect.gen(function*() {
+        const page = yield* openPage("chat")
+        const message = page.getByRole("textbox", { name: "Message" })
+        yield* run(() => message.fill("Hi there"))
+        yield* run(() => message.press("Enter"))
+        const reply = page.locator(".message.assistant").last()
+        const usage = reply.locator(".usage")
+        yield* run(() => usage.filter({ hasText: "first token" }).waitFor())
+        assert.include((yield* run(() => reply.locator(".answer").textContent())) ?? "", REPLY)
+        const thoughts = reply.locator("details")
+        assert.isFalse(yield* run(() => thoughts.evaluate((d) => d.hasAttribute("open"))), "the thoughts start collapsed")
+        assert.isAbove(((yield* run(() => thoughts.locator(".thought").textContent())) ?? "").length, 0)
+        assert.match((yield* run(() => usage.textContent())) ?? "", /prompt tokens \(\d+ reused, (cold|prefix)\) · \d+ generated · first token [\d.]+ m?s/)
+
+        // The next turn resends the history under the chat's conversation key: it continues the cache.
+        yield* run(() => message.fill("And again?"))
+        yield* run(() => page.getByRole("button", { name: "Send" }).click())
+        yield* run(() => page.locator(".message.assistant").nth(1).locator(".usage").filter({ hasText: "continuation" }).waitFor())
+        assert.isTrue(yield* run(() => page.evaluate<boolean>("document.activeElement === document.getElementById('chat-input')")))
+        yield* fitsTheWindow(page)
+        yield* screenshot(page, "chat.png")
+      }))
+
+    it.scoped("chat: Escape, then the Stop button, stop a reply mid-stream, and the engine stops", () =>
+      Effect.gen(function*() {
+        const page = yield* openPage("chat")
+        const { provider } = yield* HttpSeeded
+        // An unbounded string under a JSON schema: the scripted model fills it until max tokens.
+        yield* run(() => page.getByText("Options").click())
+        yield* run(() => page.getByLabel("Max tokens").fill("1500"))
+        yield* run(() => page.getByLabel("More request fields (a JSON object)").fill(JSON.stringify({ response_format: longJson })))
+        const stopped = Effect.gen(function*() {
+          const readiness = yield* provider.readiness.pipe(
+            Effect.filterOrFail((r) => r.scheduler.running === 0),
+            Effect.retry({ schedule: Schedule.spaced("20 millis") }),
+            Effect.timeout("10 seconds")
+          )
+          assert.strictEqual(readiness.scheduler.running, 0)
+        })
+        for (const [n, stop] of [[0, () => page.keyboard.press("Escape")], [1, () => page.getByRole("button", { name: "Stop" }).click()]] as const) {
+          yield* run(() => page.getByRole("textbox", { name: "Message" }).fill(`Write a long text, please (${n}).`))
+          yield* run(() => page.getByRole("textbox", { name: "Message" }).press("Enter"))
+          const answer = page.locator(".message.assistant").nth(n).locator(".answer")
+          // Streamed: the text grows while the reply runs.
+          yield* run(() => answer.filter({ hasText: /.{20}/ }).waitFor())
+          const early = ((yield* run(() => answer.textContent())) ?? "").length
+          yield* run(() => answer.filter({ hasText: new RegExp(`.{${early + 20}}`) }).waitFor())
+          assert.strictEqual((yield* provider.readiness).scheduler.running, 1)
+          yield* run(stop)
+          yield* run(() => page.locator(".message.assistant").nth(n).locator(".usage").filter({ hasText: "stopped" }).waitFor())
+          yield* stopped
+          assert.isTrue(yield* run(() => page.getByRole("button", { name: "Send" }).isEnabled()))
+          assert.isTrue(yield* run(() => page.getByRole("button", { name: "Stop" }).isDisabled()))
+        }
       }))
 
     it.scoped("decide: a probability bar per label of each head", () =>

@@ -18,6 +18,27 @@ function newKey() {
   return "console-" + Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")
 }
 
+/**
+ * Appends a channel's text to an element as it streams, without the line breaks at its edges
+ * (Qwen3 writes "<think>\n...\n</think>\n\nanswer"): leading ones are dropped, trailing ones
+ * held back until more of the channel follows.
+ */
+function channel(element) {
+  let started = false
+  let held = ""
+  return (text) => {
+    let next = held + text
+    if (!started) next = next.replace(/^\s+/, "")
+    const trailing = /\s*$/.exec(next)[0]
+    held = trailing
+    next = next.slice(0, next.length - trailing.length)
+    if (next !== "") {
+      started = true
+      element.append(next)
+    }
+  }
+}
+
 function usageLine(usage, extra, finish, clientFirstToken) {
   const parts = []
   if (usage) {
@@ -45,14 +66,32 @@ export function mount(root) {
   const clear = h("button", { type: "button", class: "secondary", text: "New chat" })
   const think = h("input", { type: "checkbox", id: "chat-think", checked: true })
   const maxTokens = h("input", { type: "number", id: "chat-max-tokens", min: 1, max: 32768, value: "256" })
+  const temperature = h("input", { type: "number", id: "chat-temperature", min: 0, max: 2, step: 0.1, value: "0" })
+  const extra = h("textarea", { id: "chat-extra", rows: 2, spellcheck: false, placeholder: "{\"top_p\": 0.9, \"stop\": [\"END\"]}" })
   const notice = h("p", { class: "error", role: "status", "aria-live": "polite" })
   const form = h("form", { class: "stack", "aria-label": "Send a message" },
     h("div", { class: "field" }, h("label", { for: "chat-input", text: "Message" }), input),
-    h("div", { class: "row" },
-      send, stop, clear,
-      h("div", { class: "field" }, h("label", { for: "chat-max-tokens", text: "Max tokens" }), maxTokens),
-      h("div", {}, think, " ", h("label", { for: "chat-think", text: "Think first" }))),
+    h("div", { class: "row" }, send, stop, clear),
+    h("details", {},
+      h("summary", { text: "Options" }),
+      h("div", { class: "stack" },
+        h("div", { class: "row" },
+          h("div", { class: "field" }, h("label", { for: "chat-max-tokens", text: "Max tokens" }), maxTokens),
+          h("div", { class: "field" }, h("label", { for: "chat-temperature", text: "Temperature" }), temperature),
+          h("div", {}, think, " ", h("label", { for: "chat-think", text: "Think first" }))),
+        h("div", { class: "field" }, h("label", { for: "chat-extra", text: "More request fields (a JSON object)" }), extra))),
     notice)
+
+  /** The extra request fields, or a message saying why they are not a JSON object. */
+  const extraFields = () => {
+    const text = extra.value.trim()
+    if (text === "") return {}
+    try {
+      const fields = JSON.parse(text)
+      if (fields !== null && typeof fields === "object" && !Array.isArray(fields)) return fields
+    } catch {}
+    return "More request fields must be a JSON object"
+  }
 
   fill(root, h("h1", { tabindex: -1, text: "Chat" }), log, form)
 
@@ -73,6 +112,13 @@ export function mount(root) {
   const submit = async () => {
     const text = input.value.trim()
     if (text === "" || controller !== null) return
+    const fields = extraFields()
+    if (typeof fields === "string") {
+      fill(notice, fields)
+      extra.closest("details").open = true
+      extra.focus()
+      return
+    }
     fill(notice)
     input.value = ""
     const turn = history
@@ -85,6 +131,8 @@ export function mount(root) {
     const usage = h("div", { class: "usage" })
     const reply = h("div", { class: "message assistant" }, h("div", { class: "who", text: model ?? "Assistant" }), thoughts, answer, usage)
     log.append(reply)
+    const showThought = channel(thoughtText)
+    const showAnswer = channel(answer)
     controller = new AbortController()
     streaming(true)
     const started = performance.now()
@@ -104,7 +152,9 @@ export function mount(root) {
           stream: true,
           stream_options: { include_usage: true },
           max_tokens: Number(maxTokens.value) || 256,
-          chat_template_kwargs: { enable_thinking: think.checked }
+          temperature: Number(temperature.value) || 0,
+          chat_template_kwargs: { enable_thinking: think.checked },
+          ...fields
         })
       })
       if (!response.ok) throw new Error(await errorMessage(response))
@@ -116,11 +166,11 @@ export function mount(root) {
         if (delta.reasoning_content || delta.content) clientFirstToken ??= performance.now() - started
         if (delta.reasoning_content) {
           thoughts.hidden = false
-          thoughtText.append(delta.reasoning_content)
+          showThought(delta.reasoning_content)
         }
         if (delta.content) {
           content += delta.content
-          answer.append(delta.content)
+          showAnswer(delta.content)
         }
         if (choice?.finish_reason) finish = choice.finish_reason
         if (data.nativegen) extra = data.nativegen

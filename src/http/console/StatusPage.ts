@@ -39,15 +39,14 @@ function engineFacts(status) {
 }
 
 function roles(readiness) {
-  return table("Models per role", [
-    { label: "Role", cell: (r) => r.role },
-    { label: "Model", cell: (r) => r.model },
-    { label: "Revision", num: true, cell: (r) => r.revision ?? "by path" },
-    { label: "Context", num: true, cell: (r) => r.admittedContext ?? "?" },
-    { label: "Cap", num: true, cell: (r) => r.contextCap ?? "?" },
-    { label: "Limited by", cell: (r) => r.limitedBy ?? "" },
-    { label: "Manifest", cell: (r) => r.manifestDigest === null ? "" : h("code", { title: r.manifestDigest, text: short(r.manifestDigest) }) }
-  ], readiness.roles)
+  return h("div", { class: "grid" }, readiness.roles.map((r) =>
+    h("div", { class: "role", "data-role": r.role },
+      h("h3", {}, r.role + ": ", h("span", { class: "role-model", text: r.model })),
+      facts([
+        ["Revision", r.revision === null ? "loaded by path" : String(r.revision)],
+        ["Context", (r.admittedContext ?? "?") + " tokens admitted of a cap of " + (r.contextCap ?? "?") + (r.limitedBy ? " (limited by " + r.limitedBy + ")" : "")],
+        r.manifestDigest === null ? null : ["Manifest", h("code", { title: r.manifestDigest, text: short(r.manifestDigest) })]
+      ]))))
 }
 
 function memory(readiness) {

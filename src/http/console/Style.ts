@@ -54,6 +54,7 @@ header.top nav a[aria-current="page"] { font-weight: 700; border-bottom: 2px sol
 main { padding: 1rem; max-width: 72rem; margin: 0 auto; }
 h1 { font-size: 1.4rem; margin: 0 0 0.75rem; }
 h1[tabindex="-1"]:focus { outline: none; }
+h3 { font-size: 1rem; margin: 0 0 0.3rem; }
 .grid + .grid { margin-top: 1rem; }
 h2 { font-size: 1.05rem; margin: 0 0 0.5rem; }
 .grid { display: grid; gap: 1rem; grid-template-columns: repeat(auto-fit, minmax(min(100%, 22rem), 1fr)); }
