@@ -121,6 +121,10 @@ describe("web console in Chromium", () => {
         yield* run(() => page.getByRole("button", { name: "Send" }).click())
         yield* run(() => page.locator(".message.assistant").nth(1).locator(".usage").filter({ hasText: "continuation" }).waitFor())
         assert.isTrue(yield* run(() => page.evaluate<boolean>("document.activeElement === document.getElementById('chat-input')")))
+        // The thoughts open from the keyboard.
+        yield* run(() => thoughts.locator("summary").focus())
+        yield* run(() => page.keyboard.press("Enter"))
+        assert.isTrue(yield* run(() => thoughts.evaluate((d) => d.hasAttribute("open"))))
         yield* fitsTheWindow(page)
         yield* screenshot(page, "chat.png")
       }))
