@@ -96,11 +96,12 @@ const textOf = (g: Generation, token: number): string => {
 }
 
 /**
- * The `count` most probable tokens of a step (the map is sorted most probable first), each with
- * its own text after the tokens generated so far (special tokens as their text).
+ * The `count` most probable tokens of the step that produced the last generated token (the map is
+ * sorted most probable first), each with its own text after the tokens before it (special tokens
+ * as their text).
  */
 const topCandidates = (g: Generation, probabilities: ReadonlyMap<Token, number>, count: number): ReadonlyArray<TokenCandidate> => {
-  const context = g.tokens.slice(-8) as Array<Token>
+  const context = g.tokens.slice(-9, -1) as Array<Token>
   const candidates: Array<TokenCandidate> = []
   for (const [token, probability] of probabilities) {
     if (candidates.length >= count) break
@@ -283,15 +284,16 @@ export const make = (
             g.finished = "stopToken"
             return { _tag: "Finished", reason: g.finished, generated: g.tokens.length } as const
           }
-          const candidates = g.topProbabilities > 0
-            ? topCandidates(g, next.value.probabilities ?? new Map(), g.topProbabilities)
-            : undefined
           const text = textOf(g, token)
           g.tokens.push(token)
           g.texts.push(text)
           const confidence = next.value.confidence
           if (confidence !== undefined) g.confidences.push(confidence)
-          if (candidates !== undefined) g.candidates.push(candidates)
+          let candidates: ReadonlyArray<TokenCandidate> | undefined
+          if (g.topProbabilities > 0) {
+            candidates = topCandidates(g, next.value.probabilities ?? new Map(), g.topProbabilities)
+            g.candidates.push(candidates)
+          }
           if (g.tokens.length >= g.maxTokens) g.finished = "maxTokens"
           decoded(++decodedTokens)
           return tokenEvent(g.tokens.length - 1, token, text, confidence, candidates)
