@@ -103,7 +103,7 @@ export const outputState = (
       Either.map(decoder.push(token, value), (pieces) => {
         const chunks: Array<GenerateChunk> = []
         for (const piece of pieces) {
-          const scored = piece.tokens.map((t): Scored => ({ token: t, text: piece.text, probability, candidates }))
+          const scored = piece.tokens.map((t): Scored => ({ token: t, text: value, probability, candidates }))
           if (piece.channel === "tool") {
             call.text += piece.text
             call.tokens.push(...piece.tokens)
