@@ -43,6 +43,7 @@ export class OllamaTest extends Context.Tag("test/http/OllamaTest")<OllamaTest, 
           decision: ensureModel(models.decision)
         }))
         const provider = Context.get(runtime, Provider)
+        yield* provider.readinessChanges.pipe(Stream.takeUntil((r) => r.state === "ready"), Stream.runDrain)
         const generations = yield* Queue.unbounded<Deferred.Deferred<Ending>>()
         const observed = Provider.of({
           ...provider,

@@ -189,10 +189,14 @@ describe("Ollama's API", () => {
           assert(typeof value === "object" && value !== null && "name" in value && "age" in value, reply.message.content)
           assert.strictEqual(typeof value.name, "string")
           assert.isTrue(Number.isInteger(value.age))
-          const json = yield* Effect.promise(() =>
-            client.generate({ model: "qwen-chat", prompt: "Answer in JSON.", format: "json", options: { temperature: 0, num_predict: 400 } })
+          const generated = yield* Effect.promise(() =>
+            client.generate({ model: "qwen-chat", prompt: "Describe someone as JSON.", format, options: { temperature: 0, num_predict: 400 } })
           )
-          assert.strictEqual(typeof JSON.parse(json.response ?? ""), "object")
+          assert.deepStrictEqual(Object.keys(JSON.parse(generated.response ?? "")).sort(), ["age", "name"])
+          const json = yield* Effect.promise(() =>
+            client.generate({ model: "qwen-chat", prompt: "Describe someone as JSON.", format: "json", options: { temperature: 0, num_predict: 8 } })
+          )
+          assert.isTrue(json.response?.startsWith("{"), json.response)
         }))
 
       it.effect("tags and ps list both resident models with their file's size, digest and GGUF details", () =>
@@ -340,6 +344,41 @@ describe("Ollama's API", () => {
           const body: unknown = yield* Effect.promise(() => role.json())
           assert(typeof body === "object" && body !== null && "error" in body && typeof body.error === "string", JSON.stringify(body))
           assert.match(body.error, /^invalid messages\[0\]\.role: /)
+        }))
+
+      // Last: it kills the engine (the runtime repairs it behind the tests before).
+      it.effect("the engine killed mid-stream: the stream's last line is the error; while it is repaired, chat is 503 with Retry-After", () =>
+        Effect.gen(function*() {
+          const { baseUrl, client, provider } = yield* OllamaTest
+          const stream = yield* Effect.promise(() =>
+            client.chat({
+              model: "qwen-chat",
+              messages: [{ role: "user", content: "Write a very long essay about the sea." }],
+              stream: true,
+              options: { temperature: 100, seed: 1, num_predict: 3000 }
+            })
+          )
+          const iterator = stream[Symbol.asyncIterator]()
+          assert.isFalse((yield* Effect.promise(() => iterator.next())).done)
+          const { engine } = yield* provider.readiness
+          assert(engine.pid !== null, "no engine pid")
+          process.kill(engine.pid, "SIGKILL")
+          // Ollama's client throws the `{"error": ...}` line's message.
+          const failed = yield* Effect.flip(Effect.tryPromise(async () => {
+            for (let next = await iterator.next(); !next.done; next = await iterator.next()) {
+              assert.isFalse(next.value.done, "the stream ended as if whole")
+            }
+          }))
+          assert.instanceOf(failed.error, Error)
+          assert.notInclude(failed.error.message, "Did not receive done", "the stream ended without an error line")
+          const waiting = yield* Effect.promise(() =>
+            fetch(`${baseUrl}/api/chat`, { method: "POST", body: JSON.stringify({ model: "qwen-chat", messages: greeting, stream: false }) })
+          )
+          assert.strictEqual(waiting.status, 503)
+          assert.strictEqual(waiting.headers.get("retry-after"), "1")
+          const body: unknown = yield* Effect.promise(() => waiting.json())
+          assert(typeof body === "object" && body !== null && "error" in body && typeof body.error === "string", JSON.stringify(body))
+          assert.match(body.error, /^the engine is (starting|loading|warming|repairing)/)
         }))
     }
   )

@@ -172,14 +172,23 @@ const readFile = (key: FileKey): Effect.Effect<ModelFile, Refusal> =>
     }
   })
 
+export interface Loaded {
+  readonly state: EngineState
+  /** Why the state is what it is, when it is not ready. */
+  readonly reason: string | null
+  readonly gpu: boolean
+  readonly models: ReadonlyArray<LoadedModel>
+}
+
 export class OllamaModels extends Context.Tag("nativegen/http/ollama/OllamaModels")<OllamaModels, {
   /** The engine's state, whether its device is a GPU, and its resident models. */
-  readonly loaded: Effect.Effect<{ readonly state: EngineState; readonly gpu: boolean; readonly models: ReadonlyArray<LoadedModel> }>
+  readonly loaded: Effect.Effect<Loaded>
   /**
-   * The resident model a request names; 404 in Ollama's words when none is, or 503 with
-   * Retry-After while the engine is not ready (its models may not be listed yet).
+   * The resident model a request names; 404 in Ollama's words when none is. With `ready` (to
+   * generate), 503 with Retry-After while the engine is not ready (starting, or being repaired);
+   * without it only when the model is not listed yet.
    */
-  readonly resolve: (requested: string) => Effect.Effect<LoadedModel, Refusal>
+  readonly resolve: (requested: string, options: { readonly ready: boolean }) => Effect.Effect<LoadedModel, Refusal>
   /** What the model's file says (read once per file version). */
   readonly file: (model: LoadedModel) => Effect.Effect<ModelFile, Refusal>
   /**
@@ -200,8 +209,9 @@ export const make = Effect.gen(function*() {
     lookup: (key: FileKey) => Effect.mapBoth(hashFile(key.path), { onFailure: (cause) => failedFile(key.path, cause.message), onSuccess: (hash) => hash.hex })
   })
 
-  const loaded = Effect.map(provider.readiness, (readiness) => ({
+  const loaded = Effect.map(provider.readiness, (readiness): Loaded => ({
     state: readiness.state,
+    reason: readiness.reason,
     gpu: readiness.budget?.kind === "gpu",
     models: readiness.roles.map((r): LoadedModel => ({
       role: r.role,
@@ -212,20 +222,20 @@ export const make = Effect.gen(function*() {
     }))
   }))
 
-  const resolve = (requested: string) =>
-    Effect.flatMap(loaded, ({ models, state }): Effect.Effect<LoadedModel, Refusal> => {
+  const resolve = (requested: string, options: { readonly ready: boolean }) =>
+    Effect.flatMap(loaded, ({ models, reason, state }): Effect.Effect<LoadedModel, Refusal> => {
       const model = models.find((m) => names(requested, m))
-      if (model !== undefined) return Effect.succeed(model)
-      if (state !== "ready") {
+      if (state !== "ready" && (options.ready || model === undefined)) {
         return Effect.fail({
           status: 503,
           type: "unavailable_error",
           code: "engine_unavailable",
           param: null,
-          message: `the engine is ${state}: its models are not available yet`,
+          message: `the engine is ${state}${reason === null ? "" : ` (${reason})`}: retry when it is ready`,
           retryAfterSeconds
         })
       }
+      if (model !== undefined) return Effect.succeed(model)
       return Effect.fail({
         status: 404,
         type: "not_found_error",
