@@ -73,7 +73,7 @@ describe("Ollama's requests", () => {
     }
   )
 
-  it("messages, tool calls and tools map onto the Provider's; images and thinking levels are refused", () => {
+  it("messages, tool calls, tools and logprobs map onto the Provider's; images and thinking levels are refused", () => {
     const { request } = right(Requests.chatRequest(chat({
       messages: [
         { role: "user", content: "weather?" },
@@ -102,7 +102,12 @@ describe("Ollama's requests", () => {
     const images = left(Requests.chatRequest(chat({ messages: [{ role: "user", content: "this?", images: ["aGk="] }] })))
     assert.strictEqual(images.param, "messages[0].images")
     assert.strictEqual(left(Requests.chatRequest(chat({ think: "low" }))).param, "think")
-    assert.strictEqual(left(Requests.chatRequest(chat({ logprobs: true }))).param, "logprobs")
+    const logprobs = right(Requests.chatRequest(chat({ logprobs: true, top_logprobs: 3 }))).request
+    assert.isTrue(logprobs.probabilities)
+    assert.strictEqual(logprobs.topProbabilities, 3)
+    // As Ollama: top_logprobs counts only with logprobs, and is 0 to 20.
+    assert.isUndefined(right(Requests.chatRequest(chat({ top_logprobs: 3 }))).request.probabilities)
+    assert.strictEqual(left(Requests.chatRequest(chat({ logprobs: true, top_logprobs: 21 }))).param, "top_logprobs")
   })
 
   it("generate: a user turn after the system prompt, or raw text; suffix, template, context and raw with a system prompt are refused", () => {
@@ -159,6 +164,7 @@ describe("Ollama's requests", () => {
     assert.strictEqual(Requests.ollamaField("sampling.topP"), "options.top_p")
     assert.strictEqual(Requests.ollamaField("responseFormat.schema/properties/code/pattern"), "format/properties/code/pattern")
     assert.strictEqual(Requests.ollamaField("messages[2].toolCalls"), "messages[2].tool_calls")
+    assert.strictEqual(Requests.ollamaField("topProbabilities"), "top_logprobs")
   })
 })
 

@@ -2,7 +2,7 @@
  * Ollama's API (`/api`) through Ollama's own JS client (the `ollama` package) on a real runtime:
  * qwen-chat (Qwen3's tokenizer and template, a scripted reply that thinks first) for generation
  * and qwen-decision for decisions. Chat streamed and whole (thought and answer apart, the final
- * statistics equal to what the Provider reports), generate through the template and raw, a JSON
+ * statistics equal to what the Provider reports), logprobs, generate through the template and raw, a JSON
  * schema format, the listings (tags, ps, show, version), a conversation key's continuation, an
  * abort that interrupts the generation in the engine, and the refusals in Ollama's shape.
  */
@@ -123,6 +123,31 @@ describe("Ollama's API", () => {
           const whole = yield* Effect.promise(() => client.chat({ model: "qwen-chat", messages: greeting }))
           assert.strictEqual(whole.done_reason, "stop")
           assert.include(whole.message.content, "Hello! I am the nativegen seed model.")
+        }))
+
+      it.effect("logprobs: each token's log probability and the most probable tokens at its step", () =>
+        Effect.gen(function*() {
+          const { client } = yield* OllamaTest
+          const reply = yield* Effect.promise(() =>
+            client.chat({ model: "qwen-chat", messages: greeting, think: false, logprobs: true, top_logprobs: 3, options: { temperature: 0, num_predict: 6 } })
+          )
+          const logprobs = reply.logprobs ?? []
+          assert.isAbove(logprobs.length, 0)
+          assert.strictEqual(logprobs.map((l) => l.token).join(""), reply.message.content)
+          for (const { logprob, token, top_logprobs: top = [] } of logprobs) {
+            assert.isAtMost(logprob, 0)
+            assert.strictEqual(top.length, 3)
+            assert.deepStrictEqual(top.map((t) => t.logprob), [...top.map((t) => t.logprob)].sort((a, b) => b - a))
+            // Greedy: the token taken is the most probable one.
+            assert.strictEqual(top[0]?.token, token)
+            assert.approximately(top[0]?.logprob ?? Number.NaN, logprob, 1e-6)
+          }
+          const streamed = yield* collect(yield* Effect.promise(() =>
+            client.generate({ model: "qwen-chat", prompt: "Hello there!", think: false, stream: true, logprobs: true, options: { temperature: 0, num_predict: 6 } })
+          ))
+          const tokens = streamed.flatMap((p) => p.logprobs ?? [])
+          assert.strictEqual(tokens.map((l) => l.token).join(""), streamed.map((p) => p.response).join(""))
+          assert.isTrue(tokens.every((l) => l.top_logprobs === undefined))
         }))
 
       it.effect("generate: the prompt as a user turn (with a system prompt), streamed and whole", () =>

@@ -1,6 +1,7 @@
 /**
  * The Provider's chunks as Ollama's replies: for chat, `message` with `content`, `thinking` (the
- * thought channel) and `tool_calls`; for generate, `response` and `thinking`. Streamed, each chunk
+ * thought channel) and `tool_calls`; for generate, `response` and `thinking`; for both, when
+ * asked, `logprobs` (each token's natural log probability, and its `top_logprobs`). Streamed, each chunk
  * is one line with `done: false`; the Done chunk is the last line, with `done_reason` and the
  * statistics in nanoseconds. Whole, the parts are joined into one reply with the statistics.
  *
@@ -14,7 +15,15 @@
 import type { GenerateChunk } from "../../domain/Inference.js"
 
 type Done = Extract<GenerateChunk, { _tag: "Done" }>
+type Text = Extract<GenerateChunk, { _tag: "Text" }>
 type ToolCallChunk = Extract<GenerateChunk, { _tag: "ToolCall" }>
+
+/** Ollama's per-token log probability (with `logprobs`), and the most probable tokens (with `top_logprobs`). */
+export interface Logprob {
+  readonly token: string
+  readonly logprob: number
+  readonly top_logprobs?: ReadonlyArray<{ readonly token: string; readonly logprob: number }>
+}
 
 /** Ollama's tool call, as its responses give it. */
 export interface ToolCall {
@@ -53,7 +62,23 @@ interface Part {
   readonly content: string
   readonly thinking: string
   readonly toolCall: ToolCall | undefined
+  readonly logprobs: ReadonlyArray<Logprob>
 }
+
+/** A Text chunk's token probabilities as Ollama's `logprobs` (none unless the request asked). */
+const logprobsOf = (chunk: Text): ReadonlyArray<Logprob> => {
+  const { candidates, probabilities, tokenTexts } = chunk
+  if (probabilities === undefined) return []
+  return probabilities.map((probability, i) => ({
+    token: tokenTexts?.[i] ?? "",
+    logprob: Math.log(probability),
+    ...(candidates === undefined
+      ? {}
+      : { top_logprobs: (candidates[i] ?? []).map((c) => ({ token: c.text, logprob: Math.log(c.probability) })) })
+  }))
+}
+
+const noLogprobs: ReadonlyArray<Logprob> = []
 
 /** Per generation: numbers its tool calls as Ollama's `function.index`. */
 const partsOf = () => {
@@ -62,12 +87,12 @@ const partsOf = () => {
     switch (chunk._tag) {
       case "Text":
         return chunk.channel === "thought"
-          ? { content: "", thinking: chunk.text, toolCall: undefined }
-          : { content: chunk.text, thinking: "", toolCall: undefined }
+          ? { content: "", thinking: chunk.text, toolCall: undefined, logprobs: logprobsOf(chunk) }
+          : { content: chunk.text, thinking: "", toolCall: undefined, logprobs: logprobsOf(chunk) }
       case "ToolCall":
-        return { content: "", thinking: "", toolCall: toolCallOf(chunk, calls++) }
+        return { content: "", thinking: "", toolCall: toolCallOf(chunk, calls++), logprobs: noLogprobs }
       case "MalformedToolCall":
-        return { content: chunk.text, thinking: "", toolCall: undefined }
+        return { content: chunk.text, thinking: "", toolCall: undefined, logprobs: noLogprobs }
     }
   }
 }
@@ -77,7 +102,10 @@ interface Joined {
   readonly content: string
   readonly thinking: string
   readonly toolCalls: ReadonlyArray<ToolCall>
+  readonly logprobs: ReadonlyArray<Logprob>
 }
+
+const withLogprobs = (logprobs: ReadonlyArray<Logprob>) => (logprobs.length === 0 ? {} : { logprobs })
 
 /** What each kind of reply does with the parts. */
 interface Shape {
@@ -98,6 +126,7 @@ export const chat: Shape = {
     model,
     created_at: createdAt,
     message: assistant(part.content, part.thinking, part.toolCall === undefined ? [] : [part.toolCall]),
+    ...withLogprobs(part.logprobs),
     done: false
   }),
   done: (model, createdAt, done) => ({
@@ -111,6 +140,7 @@ export const chat: Shape = {
     model,
     created_at: createdAt,
     message: assistant(joined.content, joined.thinking, joined.toolCalls),
+    ...withLogprobs(joined.logprobs),
     done: true,
     ...statistics(done)
   })
@@ -123,6 +153,7 @@ export const generate: Shape = {
     response: part.content,
     ...(part.thinking === "" ? {} : { thinking: part.thinking }),
     ...(part.toolCall === undefined ? {} : { tool_calls: [part.toolCall] }),
+    ...withLogprobs(part.logprobs),
     done: false
   }),
   done: (model, createdAt, done) => ({ model, created_at: createdAt, response: "", done: true, ...statistics(done) }),
@@ -132,6 +163,7 @@ export const generate: Shape = {
     response: joined.content,
     ...(joined.thinking === "" ? {} : { thinking: joined.thinking }),
     ...(joined.toolCalls.length === 0 ? {} : { tool_calls: joined.toolCalls }),
+    ...withLogprobs(joined.logprobs),
     done: true,
     ...statistics(done)
   })
@@ -150,12 +182,14 @@ export const wholeReply = (shape: Shape, model: string, chunks: Iterable<Generat
   let content = ""
   let thinking = ""
   const toolCalls: Array<ToolCall> = []
+  const logprobs: Array<Logprob> = []
   for (const chunk of chunks) {
-    if (chunk._tag === "Done") return shape.whole(model, createdAt, { content, thinking, toolCalls }, chunk)
+    if (chunk._tag === "Done") return shape.whole(model, createdAt, { content, thinking, toolCalls, logprobs }, chunk)
     const part = toPart(chunk)
     content += part.content
     thinking += part.thinking
     if (part.toolCall !== undefined) toolCalls.push(part.toolCall)
+    logprobs.push(...part.logprobs)
   }
   return undefined
 }

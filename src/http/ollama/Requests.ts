@@ -1,12 +1,13 @@
 /**
  * From Ollama's chat and generate requests to the Provider's GenerateRequest, deciding for each
- * field whether it maps truthfully: what does is translated, what the runtime decides for itself
- * (load-time options, `keep_alive`) is accepted and ignored, and what would be silently wrong
- * (images, a suffix, a thinking level, a sampler nativegen lacks) is refused with a 400 naming
- * the field. See docs/decisions.md, "Ollama's API".
+ * field whether it maps truthfully: what does is translated (`logprobs` and `top_logprobs` to the
+ * engine's token probabilities), what the runtime decides for itself (load-time options,
+ * `keep_alive`) is accepted and ignored, and what would be silently wrong (images, a suffix, a
+ * thinking level, a sampler nativegen lacks) is refused with a 400 naming the field. See docs/decisions.md, "Ollama's API".
  */
 import * as Either from "effect/Either"
 import type { ChatMessage, GenerateRequest, ResponseFormat, Sampling, ToolDefinition } from "../../domain/Inference.js"
+import { MAX_TOP_PROBABILITIES } from "../../domain/RequestRules.js"
 import { MAX_KEY_LENGTH } from "../KeyedConversations.js"
 import { badRequest, type Refusal } from "../Refusals.js"
 import type * as Wire from "./Wire.js"
@@ -101,8 +102,9 @@ export const checkLoadOnly = (keepAlive: Wire.KeepAlive | undefined): Either.Eit
 const commonOf = (body: Wire.ChatRequest | Wire.GenerateRequest) =>
   Either.gen(function*() {
     if (body.keep_alive !== undefined) yield* keepAliveMillis(body.keep_alive)
-    if (body.logprobs === true) {
-      yield* refuse("logprobs", "logprobs are not supported on nativegen's Ollama API")
+    const topLogprobs = body.top_logprobs ?? 0
+    if (topLogprobs < 0 || topLogprobs > MAX_TOP_PROBABILITIES) {
+      yield* refuse("top_logprobs", `top_logprobs must be between 0 and ${MAX_TOP_PROBABILITIES}`)
     }
     const options = body.options ?? {}
     const sampling = yield* samplingOf(options)
@@ -114,7 +116,9 @@ const commonOf = (body: Wire.ChatRequest | Wire.GenerateRequest) =>
         sampling,
         ...(options.stop === undefined || options.stop.length === 0 ? {} : { stop: options.stop }),
         ...(responseFormat === undefined ? {} : { responseFormat }),
-        ...(thinking === undefined ? {} : { thinking })
+        ...(thinking === undefined ? {} : { thinking }),
+        // As Ollama: top_logprobs counts only with logprobs.
+        ...(body.logprobs === true ? { probabilities: true, ...(topLogprobs > 0 ? { topProbabilities: topLogprobs } : {}) } : {})
       }
     }
   })
@@ -205,6 +209,8 @@ export const ollamaField = (field: string): string =>
     .replace(/^stop/, "options.stop")
     .replace(/^responseFormat(\.schema)?/, "format")
     .replace(/^thinking/, "think")
+    .replace(/^probabilities/, "logprobs")
+    .replace(/^topProbabilities/, "top_logprobs")
     .replace(/\.toolCalls/, ".tool_calls")
     .replace(/\.toolCallId/, ".tool_call_id")
     .replace(/\.reasoning/, ".thinking")
