@@ -53,6 +53,7 @@ const makeRoutes = Effect.gen(function*() {
   /** The model a chat or generate request names, refused (Ollama's words) when it cannot do `what`. */
   const modelFor = (requested: string, what: "chat" | "generate", think: Wire.Think | undefined, tools: boolean) =>
     Effect.gen(function*() {
+      if (requested === "") return yield* Effect.fail(badRequest("model is required", "model"))
       const model = yield* models.resolve(requested, { ready: true })
       const capabilities = Models.capabilitiesOf(model, yield* models.file(model))
       const missing = !capabilities.includes("completion")

@@ -95,6 +95,33 @@ describe("Ollama's API", () => {
           assert.isTrue(new Date(final.created_at).getTime() > Date.now() - 60_000, String(final.created_at))
         }))
 
+      it.effect("as curl sees it: streamed by default, one JSON object per line (application/x-ndjson)", () =>
+        Effect.gen(function*() {
+          const { baseUrl } = yield* OllamaTest
+          const response = yield* Effect.promise(() =>
+            fetch(`${baseUrl}/api/chat`, {
+              method: "POST",
+              body: JSON.stringify({ model: "qwen-chat", messages: greeting, options: { temperature: 0, num_predict: 64 } })
+            })
+          )
+          assert.strictEqual(response.status, 200)
+          assert.strictEqual(response.headers.get("content-type"), "application/x-ndjson")
+          const text = yield* Effect.promise(() => response.text())
+          assert.isTrue(text.endsWith("\n"))
+          const lines: Array<unknown> = text.trimEnd().split("\n").map((line) => JSON.parse(line))
+          assert.isAbove(lines.length, 2)
+          const last = lines.at(-1)
+          assert(typeof last === "object" && last !== null, text)
+          assert.strictEqual(extra(last, "done"), true)
+          assert.strictEqual(extra(last, "done_reason"), "stop")
+          assert.isTrue(lines.slice(0, -1).every((line) => typeof line === "object" && line !== null && extra(line, "done") === false))
+          const empty = yield* Effect.promise(() =>
+            fetch(`${baseUrl}/api/chat`, { method: "POST", body: JSON.stringify({ model: "", messages: greeting }) })
+          )
+          assert.strictEqual(empty.status, 400)
+          assert.deepStrictEqual(yield* Effect.promise(() => empty.json()), { error: "model is required" })
+        }))
+
       it.effect("chat without streaming: one reply; think false asks the template to skip the thought", () =>
         Effect.gen(function*() {
           const { client } = yield* OllamaTest

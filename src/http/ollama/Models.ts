@@ -222,28 +222,28 @@ export const make = Effect.gen(function*() {
     }))
   }))
 
-  const resolve = (requested: string, options: { readonly ready: boolean }) =>
-    Effect.flatMap(loaded, ({ models, reason, state }): Effect.Effect<LoadedModel, Refusal> => {
-      const model = models.find((m) => names(requested, m))
-      if (state !== "ready" && (options.ready || model === undefined)) {
-        return Effect.fail({
-          status: 503,
-          type: "unavailable_error",
-          code: "engine_unavailable",
-          param: null,
-          message: `the engine is ${state}${reason === null ? "" : ` (${reason})`}: retry when it is ready`,
-          retryAfterSeconds
-        })
-      }
-      if (model !== undefined) return Effect.succeed(model)
-      return Effect.fail({
-        status: 404,
-        type: "not_found_error",
-        code: "model_not_found",
-        param: "model",
-        message: `model '${requested}' not found`
+  const resolve = Effect.fn("OllamaModels.resolve")(function*(requested: string, options: { readonly ready: boolean }) {
+    const { models, reason, state } = yield* loaded
+    const model = models.find((m) => names(requested, m))
+    if (state !== "ready" && (options.ready || model === undefined)) {
+      return yield* Effect.fail<Refusal>({
+        status: 503,
+        type: "unavailable_error",
+        code: "engine_unavailable",
+        param: null,
+        message: `the engine is ${state}${reason === null ? "" : ` (${reason})`}: retry when it is ready`,
+        retryAfterSeconds
       })
+    }
+    if (model !== undefined) return model
+    return yield* Effect.fail<Refusal>({
+      status: 404,
+      type: "not_found_error",
+      code: "model_not_found",
+      param: "model",
+      message: `model '${requested}' not found`
     })
+  })
 
   const fileKey = (model: LoadedModel) =>
     Effect.map(
@@ -251,12 +251,14 @@ export const make = Effect.gen(function*() {
       (stat) => new FileKey({ path: model.modelPath, size: stat.size, mtimeMs: stat.mtimeMs })
     )
 
-  const file = (model: LoadedModel) => Effect.flatMap(fileKey(model), (key) => files.get(key))
+  const file = Effect.fn("OllamaModels.file")(function*(model: LoadedModel) {
+    return yield* files.get(yield* fileKey(model))
+  })
 
-  const digest = (model: LoadedModel) =>
-    model.manifestDigest !== null && Digest.isDigest(model.manifestDigest)
-      ? Effect.succeed(Digest.hex(model.manifestDigest))
-      : Effect.flatMap(fileKey(model), (key) => hashes.get(key))
+  const digest = Effect.fn("OllamaModels.digest")(function*(model: LoadedModel) {
+    if (model.manifestDigest !== null && Digest.isDigest(model.manifestDigest)) return Digest.hex(model.manifestDigest)
+    return yield* hashes.get(yield* fileKey(model))
+  })
 
   return OllamaModels.of({ loaded, resolve, file, digest })
 })
