@@ -68,7 +68,7 @@ const makeRoutes = Effect.gen(function*() {
     })
 
   /** The reply to a generation: a stream of lines (after its first chunk), or one object. */
-  const reply = (shape: typeof Replies.chat, model: string, stream: boolean, chunks: Stream.Stream<GenerateChunk, ProviderError>) =>
+  const reply = (shape: Replies.Shape, model: string, stream: boolean, chunks: Stream.Stream<GenerateChunk, ProviderError>) =>
     stream
       ? Effect.gen(function*() {
         const lines = Replies.streamLines(shape, model)

@@ -108,7 +108,7 @@ interface Joined {
 const withLogprobs = (logprobs: ReadonlyArray<Logprob>) => (logprobs.length === 0 ? {} : { logprobs })
 
 /** What each kind of reply does with the parts. */
-interface Shape {
+export interface Shape {
   readonly part: (model: string, createdAt: string, part: Part) => object
   readonly done: (model: string, createdAt: string, done: Done) => object
   readonly whole: (model: string, createdAt: string, joined: Joined, done: Done) => object
