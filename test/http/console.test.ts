@@ -8,14 +8,20 @@
  * Screenshots are saved under `.cache/artifacts/console/` (git-ignored): status.png, chat.png,
  * decide.png, models.png, repaired.png.
  */
+import * as HttpServerTag from "@effect/platform/HttpServer"
 import { assert, describe, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { type Browser, chromium, type Page } from "playwright-core"
+import { HttpConfig } from "../../src/http/HttpConfig.js"
+import * as Http from "../../src/http/Server.js"
+import { Provider } from "../../src/services/Provider.js"
+import { Store } from "../../src/services/Store.js"
 import { awaitGone } from "../support/processes.js"
 import { HttpSeeded } from "./seeded.js"
 
@@ -25,6 +31,8 @@ const REPLY = "Hello! I am the nativegen seed model."
 /** A JSON schema with an unbounded string: under it the scripted model writes until max tokens. */
 const longJson = { type: "json_schema", json_schema: { name: "long", schema: { type: "object", properties: { text: { type: "string" } } } } }
 export const artifacts = Path.resolve(import.meta.dirname, "..", "..", ".cache", "artifacts", "console")
+
+const apiKey = "console-test-key"
 
 /** A narrow window, as on a phone held upright or a side panel. */
 const viewport = { width: 420, height: 860 }
@@ -43,10 +51,10 @@ class Chromium extends Context.Tag("test/Chromium")<Chromium, Browser>() {
  * A page of the console in a fresh browser context, closed with the scope; fails the test on any
  * script error or console error the page reports.
  */
-const openPage = (hash: string) =>
+const openPage = (hash: string, options: { readonly server?: string; readonly allowed?: RegExp } = {}) =>
   Effect.gen(function*() {
     const browser = yield* Chromium
-    const { baseUrl } = yield* HttpSeeded
+    const baseUrl = options.server ?? (yield* HttpSeeded).baseUrl
     const context = yield* Effect.acquireRelease(
       Effect.promise(() => browser.newContext({ viewport })),
       (context) => Effect.promise(() => context.close())
@@ -55,7 +63,7 @@ const openPage = (hash: string) =>
     const errors: Array<string> = []
     page.on("pageerror", (error) => errors.push(error.message))
     page.on("console", (message) => {
-      if (message.type() === "error") errors.push(message.text())
+      if (message.type() === "error" && options.allowed?.test(message.text()) !== true) errors.push(message.text())
     })
     yield* Effect.addFinalizer(() => Effect.sync(() => assert.deepStrictEqual(errors, [], "errors in the page")))
     yield* Effect.promise(() => page.goto(`${baseUrl}/#/${hash}`))
@@ -191,6 +199,37 @@ describe("web console in Chromium", () => {
         yield* run(() => chat.getByText("Verified: every artifact hashes to its digest.").waitFor())
         yield* fitsTheWindow(page)
         yield* screenshot(page, "models.png")
+      }))
+
+    it.scoped("with an API key: the console asks for it once, keeps it for the tab, and every fetch sends it", () =>
+      Effect.gen(function*() {
+        const { provider, store } = yield* HttpSeeded
+        // A second server over the same runtime, with a key.
+        const context = yield* Layer.build(
+          Http.layer({ ...HttpConfig.defaults, listen: { _tag: "Tcp", host: "127.0.0.1", port: 0 }, apiKey: Redacted.make(apiKey) }).pipe(
+            Layer.provide(Layer.merge(Layer.succeed(Provider, provider), Layer.succeed(Store, store)))
+          )
+        )
+        const address = Context.get(context, HttpServerTag.HttpServer).address
+        assert(address._tag === "TcpAddress")
+        const page = yield* openPage("status", {
+          server: `http://127.0.0.1:${address.port}`,
+          // The browser reports each refused fetch; the console answers it with the dialog.
+          allowed: /status of 401/
+        })
+        const dialog = page.getByRole("dialog")
+        const keyField = dialog.getByLabel("API key")
+        // A wrong key is refused and asked again.
+        yield* run(() => keyField.fill("not the key"))
+        yield* run(() => keyField.press("Enter"))
+        yield* run(() => dialog.getByText("The key was refused").waitFor())
+        yield* run(() => keyField.fill(apiKey))
+        yield* run(() => dialog.getByRole("button", { name: "Use key" }).click())
+        yield* run(() => page.locator("#engine-state[data-state=ready]").waitFor())
+        // Another page of the same tab: no question; its fetches carry the key.
+        yield* run(() => page.getByRole("link", { name: "Models" }).click())
+        yield* run(() => page.locator("[data-model=qwen-chat]").waitFor())
+        assert.strictEqual(yield* run(() => dialog.count()), 0)
       }))
 
     it.scoped("SIGKILL of the engine child: the repair appears on the status page", () =>
