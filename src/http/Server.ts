@@ -12,10 +12,10 @@ import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
 import * as HttpServer from "@effect/platform/HttpServer"
 import { ServeError } from "@effect/platform/HttpServerError"
 import * as NodeHttpServer from "@effect/platform-node/NodeHttpServer"
+import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Http from "node:http"
-import type * as Net from "node:net"
 import * as NodeFs from "node:fs"
 import * as Path from "node:path"
 import type { AlreadyRunning, ListenFailed, SocketPathOccupied, UnsafeSocketDirectory } from "../rpc/RpcError.js"
@@ -23,7 +23,7 @@ import * as SocketDirectory from "../rpc/SocketDirectory.js"
 import type { Provider } from "../services/Provider.js"
 import * as Gate from "./Gate.js"
 import * as Health from "./Health.js"
-import { HttpConfig, type HttpConfigShape } from "./HttpConfig.js"
+import { formatListen, HttpConfig, type HttpConfigShape, type Listen } from "./HttpConfig.js"
 import * as InFlight from "./InFlight.js"
 import * as KeyedConversations from "./KeyedConversations.js"
 import * as Ollama from "./Ollama.js"
@@ -32,8 +32,19 @@ import * as OpenAi from "./OpenAi.js"
 /** Every route, each module's own layer. */
 export const routes = Layer.mergeAll(Health.routes, OpenAi.routes, Ollama.routes)
 
+/** The server could not listen on its address (in use, not an address of this machine, no permission). */
+export class HttpListenFailed extends Data.TaggedError("HttpListenFailed")<{
+  readonly address: string
+  readonly cause: unknown
+}> {
+  override get message() {
+    const reason = this.cause instanceof ServeError && this.cause.cause instanceof Error ? this.cause.cause.message : String(this.cause)
+    return `cannot serve HTTP on ${this.address}: ${reason}`
+  }
+}
+
 /** Why the server could not start listening. */
-export type ListenError = ServeError | AlreadyRunning | ListenFailed | SocketPathOccupied | UnsafeSocketDirectory
+export type ListenError = HttpListenFailed | AlreadyRunning | ListenFailed | SocketPathOccupied | UnsafeSocketDirectory
 
 /**
  * A Node server with the configured connection limit and slow-client timeouts. Node checks the
@@ -59,10 +70,13 @@ const closeGrace = "2 seconds"
  * finish for `closeGrace`, then closes every connection: a stream still running is interrupted
  * (the server interrupts a handler whose connection closes), so shutdown never waits on a client.
  */
-const listening = (config: HttpConfigShape, options: Net.ListenOptions) =>
+const listening = (config: HttpConfigShape, listen: Listen) =>
   Effect.gen(function*() {
     const server = nodeServer(config)
-    const httpServer = yield* NodeHttpServer.make(() => server, options)
+    const options = listen._tag === "Tcp" ? { host: listen.host, port: listen.port } : { path: listen.path }
+    const httpServer = yield* NodeHttpServer.make(() => server, options).pipe(
+      Effect.mapError((cause) => new HttpListenFailed({ address: formatListen(listen), cause }))
+    )
     // Runs before NodeHttpServer's own release (which closes only a server still listening).
     yield* Effect.addFinalizer(() =>
       Effect.async<void>((resume) => {
@@ -80,15 +94,16 @@ const listening = (config: HttpConfigShape, options: Net.ListenOptions) =>
 const listener = (config: HttpConfigShape): Layer.Layer<HttpServer.HttpServer, ListenError> => {
   const listen = config.listen
   if (listen._tag === "Tcp") {
-    return Layer.scoped(HttpServer.HttpServer, listening(config, { host: listen.host, port: listen.port }))
+    return Layer.scoped(HttpServer.HttpServer, listening(config, listen))
   }
   return Layer.scoped(
     HttpServer.HttpServer,
     Effect.gen(function*() {
       const socketPath = Path.resolve(listen.path)
       if (Buffer.byteLength(socketPath) > SocketDirectory.maxSocketPathBytes) {
-        return yield* new ServeError({
-          cause: new Error(`${socketPath}: a Unix socket path has at most ${SocketDirectory.maxSocketPathBytes} bytes`)
+        return yield* new HttpListenFailed({
+          address: socketPath,
+          cause: new Error(`a Unix socket path has at most ${SocketDirectory.maxSocketPathBytes} bytes`)
         })
       }
       const directory = yield* SocketDirectory.prepare(socketPath)
@@ -107,7 +122,7 @@ const listener = (config: HttpConfigShape): Layer.Layer<HttpServer.HttpServer, L
           }
         })
       )
-      const server = yield* listening(config, { path: socketPath })
+      const server = yield* listening(config, { _tag: "Unix", path: socketPath })
       bound = NodeFs.lstatSync(socketPath)
       yield* SocketDirectory.secure(socketPath, directory)
       return server
