@@ -226,6 +226,13 @@ export const httpConfig = (settings: ServeSettings) =>
 const urlOf = (address: HttpServer.Address) =>
   address._tag === "TcpAddress" ? `http://${formatListen({ _tag: "Tcp", host: address.hostname, port: address.port })}` : `unix:${address.path}`
 
+/** The warning for an address other machines can reach when no key guards it; none otherwise. */
+export const exposureWarning = (config: HttpConfigShape): string | undefined =>
+  isLoopback(config.listen) || config.apiKey !== undefined
+    ? undefined
+    : `http: ${formatListen(config.listen)} can be reached from other machines and no API key is set: anyone who ` +
+      "reaches it can use the models (--api-key-file sets one)"
+
 /** The HTTP server over the runtime, logging where it listens (the bound port when 0 was asked for). */
 const httpLayer = (config: HttpConfigShape) =>
   HttpServerLayer.layer(config).pipe(
@@ -235,12 +242,8 @@ const httpLayer = (config: HttpConfigShape) =>
         yield* Effect.logInfo(
           `http: listening on ${urlOf(address)} (${config.apiKey === undefined ? "no API key" : "API key required"})`
         )
-        if (!isLoopback(config.listen) && config.apiKey === undefined) {
-          yield* Effect.logWarning(
-            `http: ${formatListen(config.listen)} can be reached from other machines and no API key is set: anyone who ` +
-              "reaches it can use the models (--api-key-file sets one)"
-          )
-        }
+        const warning = exposureWarning(config)
+        if (warning !== undefined) yield* Effect.logWarning(warning)
       })
     )
   )

@@ -7,8 +7,10 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
+import * as Either from "effect/Either"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as ChildProcess from "node:child_process"
@@ -17,7 +19,9 @@ import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Path from "node:path"
 import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
+import { exposureWarning } from "../../src/cli/Serve.js"
 import { GenerateChunk, Readiness } from "../../src/domain/Inference.js"
+import { HttpConfig, parseListen } from "../../src/http/HttpConfig.js"
 import { awaitGone, isAlive } from "../support/processes.js"
 import { environment, type Home, makeHome, run, runInTerminal, runUntil, terminalUnavailable } from "./support.js"
 
@@ -423,4 +427,24 @@ describe("nativegen without a server", () => {
       const fromEnv = yield* run(["status"], { env: { ...home.env, NATIVEGEN_SOCKET: Path.join(home.dir, "env.sock") } })
       assert.include(fromEnv.stderr, Path.join(home.dir, "env.sock"))
     }), { timeout: 60_000 })
+})
+
+describe("serve's HTTP settings", () => {
+  it("a warning when other machines can reach the HTTP address and no key guards it", () => {
+    const config = (text: string, apiKey?: string) => ({
+      ...HttpConfig.defaults,
+      listen: Either.getOrThrow(parseListen(text)),
+      apiKey: apiKey === undefined ? undefined : Redacted.make(apiKey)
+    })
+    assert.strictEqual(
+      exposureWarning(config("0.0.0.0:8080")),
+      "http: 0.0.0.0:8080 can be reached from other machines and no API key is set: anyone who reaches it can use the models " +
+        "(--api-key-file sets one)"
+    )
+    assert.include(exposureWarning(config("[::]:8080")), "http: [::]:8080 can be reached from other machines")
+    assert.isUndefined(exposureWarning(config("0.0.0.0:8080", "k")))
+    assert.isUndefined(exposureWarning(config("127.0.0.1:8080")))
+    assert.isUndefined(exposureWarning(config("[::1]:8080")))
+    assert.isUndefined(exposureWarning(config("/run/nativegen/http.sock")))
+  })
 })
