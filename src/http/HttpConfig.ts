@@ -86,9 +86,11 @@ const portOf = (text: string, port: string): Either.Either<number, InvalidListen
  * system pick one (the server logs the one it bound).
  */
 export const parseListen = (text: string): Either.Either<Listen, InvalidListenAddress> => {
+  const fail = (reason: string) => Either.left(new InvalidListenAddress({ text, reason }))
+  // A URL has a `/` but is no socket path: `--http http://127.0.0.1:8080` would make directories.
+  if (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) return fail("give HOST:PORT (e.g. 127.0.0.1:8080) or a socket path, not a URL")
   if (text.includes("/")) return Either.right({ _tag: "Unix", path: text })
   const tcp = (host: string, port: string) => Either.map(portOf(text, port), (port): Listen => ({ _tag: "Tcp", host, port }))
-  const fail = (reason: string) => Either.left(new InvalidListenAddress({ text, reason }))
   const bracketed = /^\[([^\]]*)\]:(.*)$/.exec(text)
   if (bracketed !== null) {
     const host = bracketed[1] ?? ""

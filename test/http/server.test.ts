@@ -165,6 +165,10 @@ describe("HTTP configuration", () => {
     assert.strictEqual(fault("[localhost]:80"), `invalid HTTP address "[localhost]:80": "localhost" in brackets is not an IPv6 address`)
     assert.strictEqual(fault("a b:80"), `invalid HTTP address "a b:80": "a b" is not a host name or an IPv4 address`)
     assert.strictEqual(fault("-1"), `invalid HTTP address "-1": the port "-1" is not a number from 0 to 65535`)
+    assert.strictEqual(
+      fault("http://127.0.0.1:8080"),
+      `invalid HTTP address "http://127.0.0.1:8080": give HOST:PORT (e.g. 127.0.0.1:8080) or a socket path, not a URL`
+    )
   })
 
   const tcp = FastCheck.record({
@@ -319,7 +323,7 @@ describe("HTTP server limits", () => {
       assert.deepStrictEqual(yield* jsonOf(extra), { messages: [] })
     }).pipe(Effect.scoped))
 
-  it.live("one request over the in-flight limit is 429 with Retry-After; a client that goes away frees its place", () =>
+  it.live("one request over the in-flight limit is 429 with Retry-After; a client that goes away interrupts its stream or handler and frees its place", () =>
     Effect.gen(function*() {
       const server = yield* testServer({ maxInFlight: 2, retryAfterSeconds: 3 })
       const stream = new AbortController()
