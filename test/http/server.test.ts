@@ -454,6 +454,14 @@ describe("HTTP slow clients and connections", () => {
       assert.isBelow(millis, 3_000)
     }).pipe(Effect.scoped))
 
+  it.live("an address in use fails the layer with an error naming it", () =>
+    Effect.gen(function*() {
+      const first = yield* testServer()
+      const second = yield* Effect.flip(testServer({ listen: { _tag: "Tcp", host: "127.0.0.1", port: first.port } }))
+      assert.strictEqual(second._tag, "HttpListenFailed")
+      assert.match(second.message, new RegExp(`^cannot serve HTTP on 127\\.0\\.0\\.1:${first.port}: listen EADDRINUSE`))
+    }).pipe(Effect.scoped))
+
   it.live("connections over the limit are closed at once; the others are served", () =>
     Effect.gen(function*() {
       const server = yield* testServer({ maxConnections: 2 })
