@@ -1,24 +1,31 @@
 /**
  * `nativegen serve`: the runtime (store with the packaged seed, engine child, admission,
- * scheduler, provider) and the RPC server on a Unix socket, in the foreground. It logs where it
- * keeps things, then each readiness change; SIGINT or SIGTERM interrupt it, and the layers'
- * finalizers stop the engine child and remove the socket before the process exits.
+ * scheduler, provider) and the RPC server on a Unix socket, in the foreground; with `--http`, also
+ * OpenAI's and Ollama's HTTP APIs over the same runtime (one Provider), behind an optional API key.
+ * It logs where it keeps things and listens, then each readiness change; SIGINT or SIGTERM
+ * interrupt it, and the layers' finalizers close the servers, stop the engine child and remove
+ * the sockets before the process exits.
  *
  * Settings come from flags, else the environment (`NATIVEGEN_*`, the same variables the services'
  * configs read), else the defaults.
  */
 import * as Command from "@effect/cli/Command"
 import * as Options from "@effect/cli/Options"
+import * as HttpServer from "@effect/platform/HttpServer"
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
+import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import * as Redacted from "effect/Redacted"
 import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import type { Readiness } from "../domain/Inference.js"
+import { formatListen, HttpConfig, type HttpConfigShape, isLoopback, parseListen } from "../http/HttpConfig.js"
+import * as HttpServerLayer from "../http/Server.js"
 import * as Runtime from "../layers/Runtime.js"
 import * as Client from "../rpc/Client.js"
 import * as Server from "../rpc/Server.js"
@@ -27,7 +34,7 @@ import * as NativeWorker from "../services/NativeWorker.js"
 import { Provider } from "../services/Provider.js"
 import * as Scheduler from "../services/Scheduler.js"
 import { StoreConfig } from "../services/Store.js"
-import { CliFileError, reasonOf } from "./CliError.js"
+import { CliFileError, CliUsageError, reasonOf } from "./CliError.js"
 import * as Flags from "./Flags.js"
 import { readinessLine } from "./Format.js"
 import * as Paths from "./Paths.js"
@@ -96,6 +103,24 @@ export const options = {
     "slots",
     "NATIVEGEN_SLOTS",
     `Conversations kept in the generation context at once (default ${Scheduler.SchedulerConfig.defaults.slots})`
+  ),
+  http: Options.text("http").pipe(
+    Options.withDescription(
+      "Also serve OpenAI's and Ollama's HTTP APIs on HOST:PORT, [IPv6]:PORT, PORT (on 127.0.0.1) or a Unix socket path " +
+        "(env NATIVEGEN_HTTP; off unless given). Limits: NATIVEGEN_HTTP_* (see the README)"
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_HTTP")))
+  ),
+  apiKey: Options.redacted("api-key").pipe(
+    Options.withDescription("Key every HTTP request must present as `Authorization: Bearer <key>` (env NATIVEGEN_API_KEY)"),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.redacted("NATIVEGEN_API_KEY")))
+  ),
+  apiKeyFile: Options.text("api-key-file").pipe(
+    Options.withDescription("File holding the HTTP API key, trimmed (env NATIVEGEN_API_KEY_FILE); keeps it out of `ps` and the shell history"),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_API_KEY_FILE")))
   )
 }
 
@@ -112,6 +137,9 @@ export interface ServeSettings extends StoreSettings {
   readonly generationContext: Option.Option<number>
   readonly decisionContext: Option.Option<number>
   readonly slots: Option.Option<number>
+  readonly http: Option.Option<string>
+  readonly apiKey: Option.Option<Redacted.Redacted<string>>
+  readonly apiKeyFile: Option.Option<string>
 }
 
 const storeEnv = ConfigProvider.fromEnv().pipe(ConfigProvider.constantCase, ConfigProvider.nested("NATIVEGEN_STORE"))
@@ -162,6 +190,64 @@ const refuseIfRunning = (socketPath: string) =>
     })
   )
 
+/** The API key from `--api-key` or `--api-key-file` (one of them at most), or none. */
+const apiKeyOf = (settings: ServeSettings) =>
+  Effect.gen(function*() {
+    if (Option.isSome(settings.apiKey) && Option.isSome(settings.apiKeyFile)) {
+      return yield* new CliUsageError({ reason: "give the API key once: --api-key (NATIVEGEN_API_KEY) or --api-key-file (NATIVEGEN_API_KEY_FILE)" })
+    }
+    const key = Option.isSome(settings.apiKeyFile)
+      ? (yield* readKey(settings.apiKeyFile.value)).trim()
+      : Option.isSome(settings.apiKey)
+      ? Redacted.value(settings.apiKey.value).trim()
+      : undefined
+    if (key === "") {
+      return yield* Option.isSome(settings.apiKeyFile)
+        ? new CliFileError({ path: settings.apiKeyFile.value, reason: "the API key file is empty" })
+        : new CliUsageError({ reason: "the API key is empty" })
+    }
+    return key === undefined ? undefined : Redacted.make(key)
+  })
+
+/** The HTTP server's settings when `--http` is given: the address, the key, the limits from NATIVEGEN_HTTP_*. */
+export const httpConfig = (settings: ServeSettings) =>
+  Effect.gen(function*() {
+    const apiKey = yield* apiKeyOf(settings)
+    if (Option.isNone(settings.http)) {
+      if (apiKey !== undefined) yield* Effect.logWarning("an API key was given, but HTTP is off (--http ADDRESS turns it on)")
+      return undefined
+    }
+    const listen = yield* parseListen(settings.http.value)
+    const limits = yield* HttpConfig.config
+    const config: HttpConfigShape = { ...limits, listen, apiKey }
+    return config
+  })
+
+const urlOf = (address: HttpServer.Address) =>
+  address._tag === "TcpAddress" ? `http://${formatListen({ _tag: "Tcp", host: address.hostname, port: address.port })}` : `unix:${address.path}`
+
+/** The warning for an address other machines can reach when no key guards it; none otherwise. */
+export const exposureWarning = (config: HttpConfigShape): string | undefined =>
+  isLoopback(config.listen) || config.apiKey !== undefined
+    ? undefined
+    : `http: ${formatListen(config.listen)} can be reached from other machines and no API key is set: anyone who ` +
+      "reaches it can use the models (--api-key-file sets one)"
+
+/** The HTTP server over the runtime, logging where it listens (the bound port when 0 was asked for). */
+const httpLayer = (config: HttpConfigShape) =>
+  HttpServerLayer.layer(config).pipe(
+    Layer.tap((context) =>
+      Effect.gen(function*() {
+        const address = Context.get(context, HttpServer.HttpServer).address
+        yield* Effect.logInfo(
+          `http: listening on ${urlOf(address)} (${config.apiKey === undefined ? "no API key" : "API key required"})`
+        )
+        const warning = exposureWarning(config)
+        if (warning !== undefined) yield* Effect.logWarning(warning)
+      })
+    )
+  )
+
 const changeKey = (r: Readiness) => `${r.state}|${r.reason ?? ""}|${r.engine.incarnation}|${r.engine.pid ?? ""}`
 
 /** Runs the server until interrupted (SIGINT/SIGTERM through NodeRuntime.runMain). */
@@ -175,7 +261,11 @@ export const serve = (settings: ServeSettings) =>
         `${settings.threads} threads, ${options.store?.trustedKeys?.length ?? 0} trusted keys besides the seed's`
     )
     const serverOptions = yield* Server.config
-    const live = Server.layer({ ...serverOptions, socketPath }).pipe(Layer.provideMerge(Runtime.layer(options)))
+    const http = yield* httpConfig(settings)
+    const live = Layer.merge(Server.layer({ ...serverOptions, socketPath }), http === undefined ? Layer.empty : httpLayer(http)).pipe(
+      // One runtime (one Provider) under both servers.
+      Layer.provideMerge(Runtime.layer(options))
+    )
     yield* Effect.gen(function*() {
       const provider = yield* Provider
       yield* Effect.logInfo(`listening on ${socketPath}`)

@@ -7,15 +7,21 @@
 import { assert, describe, it, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
+import * as Either from "effect/Either"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
+import * as Http from "node:http"
+import * as Net from "node:net"
 import * as Path from "node:path"
 import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
+import { exposureWarning } from "../../src/cli/Serve.js"
 import { GenerateChunk, Readiness } from "../../src/domain/Inference.js"
+import { HttpConfig, parseListen } from "../../src/http/HttpConfig.js"
 import { awaitGone, isAlive } from "../support/processes.js"
 import { environment, type Home, makeHome, run, runInTerminal, runUntil, terminalUnavailable } from "./support.js"
 
@@ -40,6 +46,69 @@ const serverEnv = {
   NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP: "512"
 }
 
+/** The HTTP API's key, in a file with a trailing newline (the server trims it). */
+const httpKey = "sk-cli-test"
+
+/**
+ * `npm start` (= `nativegen serve`) with `env` in its own process group, until the scope closes
+ * (SIGINT, then SIGKILL to the group); returns once the server logs that the engine is ready.
+ */
+const spawnServe = (home: Home, env: Record<string, string>, args: ReadonlyArray<string> = []) =>
+  Effect.gen(function*() {
+    let output = ""
+    const exited = yield* Deferred.make<{ code: number | null; signal: NodeJS.Signals | null }>()
+    const npm = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const child = ChildProcess.spawn("npm", ["start", ...(args.length === 0 ? [] : ["--", ...args])], {
+          cwd: projectRoot,
+          env: environment({ ...home.env, ...serverEnv, ...env }),
+          stdio: ["ignore", "pipe", "pipe"],
+          detached: true
+        })
+        child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s))
+        child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s))
+        child.on("close", (code, signal) => Deferred.unsafeDone(exited, Effect.succeed({ code, signal })))
+        return child
+      }),
+      // Whatever the tests did, nothing outlives the suite: SIGINT, then SIGKILL to the group.
+      (child) =>
+        Effect.gen(function*() {
+          const group = -child.pid!
+          yield* Effect.sync(() => {
+            try {
+              process.kill(group, "SIGINT")
+            } catch {}
+          })
+          yield* Deferred.await(exited).pipe(
+            Effect.timeoutOption("20 seconds"),
+            Effect.zipRight(Effect.sync(() => {
+              try {
+                process.kill(group, "SIGKILL")
+              } catch {}
+            }))
+          )
+        })
+    )
+    // Readiness by the server's own log line: no fixed sleeps.
+    const ready = /ready \(engine 1, pid (\d+), cpu\)/
+    const match = yield* Effect.suspend(() => {
+      const m = ready.exec(output)
+      if (m !== null) return Effect.succeed(m)
+      return Deferred.isDone(exited).pipe(
+        Effect.flatMap((done) => done ? Effect.die(new Error(`the server exited:\n${output}`)) : Effect.fail("not yet"))
+      )
+    }).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("90 seconds"))), Effect.orDie)
+    const stop = yield* Effect.cached(
+      Effect.sync(() => process.kill(-npm.pid!, "SIGINT")).pipe(Effect.zipRight(Deferred.await(exited)))
+    )
+    return {
+      log: () => output,
+      servePid: Number(/starting \(pid (\d+)\)/.exec(output)![1]),
+      enginePid: Number(match[1]),
+      stop
+    }
+  })
+
 const startServer = Effect.gen(function*() {
   const home = yield* makeHome
   // Your own signing key, trusted before the server starts (for the store import below).
@@ -49,61 +118,15 @@ const startServer = Effect.gen(function*() {
   const publicKey = Path.join(keyDir, Fs.readdirSync(keyDir).find((f) => f.endsWith(".pub"))!)
   const trusted = yield* run(["keys", "trust", publicKey], { env: home.env })
   assert.strictEqual(trusted.code, 0, trusted.stderr)
-  let output = ""
-  const exited = yield* Deferred.make<{ code: number | null; signal: NodeJS.Signals | null }>()
-  const npm = yield* Effect.acquireRelease(
-    Effect.sync(() => {
-      const child = ChildProcess.spawn("npm", ["start"], {
-        cwd: projectRoot,
-        env: environment({ ...home.env, ...serverEnv }),
-        stdio: ["ignore", "pipe", "pipe"],
-        detached: true
-      })
-      child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s))
-      child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s))
-      child.on("close", (code, signal) => Deferred.unsafeDone(exited, Effect.succeed({ code, signal })))
-      return child
-    }),
-    // Whatever the tests did, nothing outlives the suite: SIGINT, then SIGKILL to the group.
-    (child) =>
-      Effect.gen(function*() {
-        const group = -child.pid!
-        yield* Effect.sync(() => {
-          try {
-            process.kill(group, "SIGINT")
-          } catch {}
-        })
-        yield* Deferred.await(exited).pipe(
-          Effect.timeoutOption("20 seconds"),
-          Effect.zipRight(Effect.sync(() => {
-            try {
-              process.kill(group, "SIGKILL")
-            } catch {}
-          }))
-        )
-      })
-  )
-  // Readiness by the server's own log line: no fixed sleeps.
-  const ready = /ready \(engine 1, pid (\d+), cpu\)/
-  const match = yield* Effect.suspend(() => {
-    const m = ready.exec(output)
-    if (m !== null) return Effect.succeed(m)
-    return Deferred.isDone(exited).pipe(
-      Effect.flatMap((done) => done ? Effect.die(new Error(`the server exited:\n${output}`)) : Effect.fail("not yet"))
-    )
-  }).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("90 seconds"))), Effect.orDie)
-  const servePid = Number(/starting \(pid (\d+)\)/.exec(output)![1])
-  const stop = yield* Effect.cached(
-    Effect.sync(() => process.kill(-npm.pid!, "SIGINT")).pipe(Effect.zipRight(Deferred.await(exited)))
-  )
+  const keyFile = Path.join(home.dir, "api-key")
+  Fs.writeFileSync(keyFile, `${httpKey}\n`, { mode: 0o600 })
+  // HTTP on a port the system picks (read back from the log), with the key from its file.
+  const server = yield* spawnServe(home, { NATIVEGEN_HTTP: "127.0.0.1:0", NATIVEGEN_API_KEY_FILE: keyFile })
   return {
     home,
     socket: Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock"),
     publicKey,
-    log: () => output,
-    servePid,
-    enginePid: Number(match[1]),
-    stop
+    ...server
   } satisfies RunningServer
 })
 
@@ -289,6 +312,58 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       assert.notInclude(second.stdout + second.stderr, "store: activated")
     }))
 
+  it.effect("--http: logs the bound address; /health answers without a key, the APIs only with the key from its file", () =>
+    Effect.gen(function*() {
+      const server = yield* TestServer
+      const listening = /http: listening on (http:\/\/127\.0\.0\.1:\d+) \(API key required\)/.exec(server.log())
+      assert.isNotNull(listening, server.log())
+      const base = listening![1]!
+      const health = yield* Effect.promise(() => fetch(`${base}/health`))
+      assert.strictEqual(health.status, 200)
+      assert.deepStrictEqual(yield* Effect.promise(() => health.json()), { status: "ok" })
+      const refused = yield* Effect.promise(() => fetch(`${base}/v1/models`))
+      assert.strictEqual(refused.status, 401)
+      assert.strictEqual(refused.headers.get("www-authenticate"), "Bearer")
+      assert.deepStrictEqual(yield* Effect.promise(() => refused.json()), {
+        error: {
+          message: "this server needs an API key: send it as `Authorization: Bearer <key>`",
+          type: "authentication_error",
+          param: null,
+          code: "invalid_api_key"
+        }
+      })
+      const wrong = yield* Effect.promise(() => fetch(`${base}/api/tags`, { headers: { "x-api-key": `${httpKey}x` } }))
+      assert.strictEqual(wrong.status, 401)
+      assert.deepStrictEqual(yield* Effect.promise(() => wrong.json()), { error: "the API key is not valid" })
+      // The key as the file holds it, trimmed.
+      const accepted = yield* Effect.promise(() => fetch(`${base}/v1/models`, { headers: { authorization: `Bearer ${httpKey}` } }))
+      assert.notStrictEqual(accepted.status, 401)
+      assert.notInclude(server.log(), httpKey)
+    }))
+
+  it.effect("serve refuses a bad --http address, a key given twice and an empty key file, before starting anything", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const elsewhere = ["serve", "--socket", Path.join(home.dir, "other.sock")]
+      const env = { ...home.env, ...serverEnv }
+      const badPort = yield* run([...elsewhere, "--http", "127.0.0.1:70000"], { env })
+      assert.strictEqual(badPort.code, 1)
+      assert.include(badPort.stderr, `nativegen: invalid HTTP address "127.0.0.1:70000": the port 70000 is over 65535\n`)
+      const keyFile = Path.join(home.dir, "api-key")
+      const twice = yield* run([...elsewhere, "--http", "0", "--api-key", "k", "--api-key-file", keyFile], { env })
+      assert.strictEqual(twice.code, 1)
+      assert.include(
+        twice.stderr,
+        "nativegen: give the API key once: --api-key (NATIVEGEN_API_KEY) or --api-key-file (NATIVEGEN_API_KEY_FILE)\n"
+      )
+      const emptyFile = Path.join(home.dir, "empty-key")
+      Fs.writeFileSync(emptyFile, " \n")
+      const empty = yield* run([...elsewhere, "--http", "0", "--api-key-file", emptyFile], { env })
+      assert.strictEqual(empty.code, 1)
+      assert.include(empty.stderr, `nativegen: ${emptyFile}: the API key file is empty\n`)
+      for (const result of [badPort, twice, empty]) assert.notInclude(result.stdout + result.stderr, "store: activated")
+    }))
+
   it.effect("Ctrl-C stops the server: the engine child is gone and the socket removed", () =>
     Effect.gen(function*() {
       const server = yield* TestServer
@@ -298,7 +373,39 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       assert.include(server.log(), "stopping: engine and socket")
       assert.include(server.log(), "stopped")
       assert.isFalse(Fs.existsSync(server.socket))
+      // The HTTP port is closed with it.
+      const port = Number(/http: listening on http:\/\/127\.0\.0\.1:(\d+)/.exec(server.log())![1])
+      const connecting = yield* Effect.async<string>((resume) => {
+        const socket = Net.createConnection({ host: "127.0.0.1", port })
+        socket.on("connect", () => resume(Effect.succeed("connected")))
+        socket.on("error", (error: NodeJS.ErrnoException) => resume(Effect.succeed(error.code ?? "error")))
+        return Effect.sync(() => socket.destroy())
+      })
+      assert.strictEqual(connecting, "ECONNREFUSED")
     }))
+
+  it.scoped("restarted with --http on a socket path: GET /health over the Unix socket; the socket is removed on Ctrl-C", () =>
+    Effect.gen(function*() {
+      const { home } = yield* TestServer
+      const socketPath = Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "http.sock")
+      const server = yield* spawnServe(home, {}, ["--http", socketPath])
+      assert.include(server.log(), `http: listening on unix:${socketPath} (no API key)`)
+      assert.notInclude(server.log(), "can be reached from other machines")
+      assert.strictEqual(Fs.statSync(socketPath).mode & 0o777, 0o600)
+      const health = yield* Effect.async<{ readonly status: number; readonly body: string }>((resume) => {
+        const request = Http.get({ socketPath, path: "/health" }, (response) => {
+          let body = ""
+          response.setEncoding("utf8").on("data", (chunk: string) => (body += chunk))
+          response.on("end", () => resume(Effect.succeed({ status: response.statusCode!, body })))
+        })
+        request.on("error", (cause) => resume(Effect.die(cause)))
+        return Effect.sync(() => request.destroy())
+      })
+      assert.deepStrictEqual(health, { status: 200, body: `{"status":"ok"}` })
+      yield* server.stop
+      yield* awaitGone(server.enginePid, "10 seconds")
+      assert.isFalse(Fs.existsSync(socketPath))
+    }), { timeout: 120_000 })
 })
 
 describe("nativegen without a server", () => {
@@ -320,4 +427,24 @@ describe("nativegen without a server", () => {
       const fromEnv = yield* run(["status"], { env: { ...home.env, NATIVEGEN_SOCKET: Path.join(home.dir, "env.sock") } })
       assert.include(fromEnv.stderr, Path.join(home.dir, "env.sock"))
     }), { timeout: 60_000 })
+})
+
+describe("serve's HTTP settings", () => {
+  it("a warning when other machines can reach the HTTP address and no key guards it", () => {
+    const config = (text: string, apiKey?: string) => ({
+      ...HttpConfig.defaults,
+      listen: Either.getOrThrow(parseListen(text)),
+      apiKey: apiKey === undefined ? undefined : Redacted.make(apiKey)
+    })
+    assert.strictEqual(
+      exposureWarning(config("0.0.0.0:8080")),
+      "http: 0.0.0.0:8080 can be reached from other machines and no API key is set: anyone who reaches it can use the models " +
+        "(--api-key-file sets one)"
+    )
+    assert.include(exposureWarning(config("[::]:8080")), "http: [::]:8080 can be reached from other machines")
+    assert.isUndefined(exposureWarning(config("0.0.0.0:8080", "k")))
+    assert.isUndefined(exposureWarning(config("127.0.0.1:8080")))
+    assert.isUndefined(exposureWarning(config("[::1]:8080")))
+    assert.isUndefined(exposureWarning(config("/run/nativegen/http.sock")))
+  })
 })

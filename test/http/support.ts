@@ -1,7 +1,8 @@
 /**
  * A real runtime (engine child on the generated models) behind the HTTP server on a free
- * loopback port, for the HTTP tests: `httpServer()` in a scope gives the base URL and the
- * Provider (to watch readiness and the scheduler). Each call builds its own runtime.
+ * loopback port, for the HTTP tests: `httpServer()` in a scope gives the base URL, the
+ * Provider (to watch readiness and the scheduler) and the HTTP requests in flight (`inFlight.current`).
+ * Each call builds its own runtime.
  */
 import type * as HttpServer from "@effect/platform/HttpServer"
 import * as HttpServerTag from "@effect/platform/HttpServer"
@@ -10,6 +11,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import { ensureModel } from "../../fixtures/models.js"
 import { HttpConfig, type HttpConfigShape } from "../../src/http/HttpConfig.js"
+import { InFlight } from "../../src/http/InFlight.js"
 import * as Http from "../../src/http/Server.js"
 import type { RuntimeOptions } from "../../src/layers/Runtime.js"
 import { Provider } from "../../src/services/Provider.js"
@@ -37,7 +39,8 @@ export const httpServer = (options: HttpServerOptions = {}) =>
     const server = HttpServerTag.HttpServer
     const { address } = yield* Effect.provide(server, context)
     const provider = yield* Effect.provide(Provider, context)
-    return { baseUrl: urlOf(address), address, provider, config }
+    const inFlight = yield* Effect.provide(InFlight, context)
+    return { baseUrl: urlOf(address), address, provider, config, inFlight }
   })
 
 /** A running server, as a service: share one per file with `layer(HttpTest.layer(...))(...)` from @effect/vitest. */

@@ -1,0 +1,63 @@
+/**
+ * Streamed responses: server-sent events (OpenAI: `:\n\n` at once, `data: <json>\n\n` per
+ * element, then `data: [DONE]\n\n`) and newline-delimited JSON (Ollama: one object a line). A failure in
+ * mid-stream, after the status has been sent, becomes one last element in the API's shape (the
+ * `onFailure` mapping), and the response ends. The response's body runs in the request's fiber:
+ * a client that goes away interrupts it, and with it the stream it was made from (the
+ * generation).
+ */
+import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
+import * as Chunk from "effect/Chunk"
+import * as Stream from "effect/Stream"
+
+const encoder = new TextEncoder()
+
+/** Headers that keep proxies from buffering or caching an event stream. */
+const eventStreamHeaders = { "cache-control": "no-cache", "x-accel-buffering": "no" }
+
+const event = (data: unknown) => encoder.encode(`data: ${JSON.stringify(data)}\n\n`)
+
+/**
+ * A comment line (clients skip it) sent first: Node sends a response's headers with its first
+ * bytes, and a client waits for them before it reads on, through a prefill that may be long.
+ */
+const opening = encoder.encode(":\n\n")
+
+/** OpenAI's end of stream. */
+const done = encoder.encode("data: [DONE]\n\n")
+
+export interface EventStreamOptions<E> {
+  /** The last event's data when the stream fails (e.g. `{"error": {...}}`); no end marker follows it. */
+  readonly onFailure: (error: E) => unknown
+  /** Send `data: [DONE]` after the last element (OpenAI's end marker). Default true. */
+  readonly endMarker?: boolean | undefined
+  readonly status?: number | undefined
+}
+
+/** A `text/event-stream` response of `events`, each element's JSON as one event, after an opening comment. */
+export const serverSentEvents = <A, E>(events: Stream.Stream<A, E>, options: EventStreamOptions<E>): HttpServerResponse.HttpServerResponse =>
+  HttpServerResponse.stream(
+    events.pipe(
+      Stream.map(event),
+      Stream.prepend(Chunk.of(opening)),
+      Stream.concat(options.endMarker === false ? Stream.empty : Stream.succeed(done)),
+      Stream.catchAll((error) => Stream.succeed(event(options.onFailure(error))))
+    ),
+    { status: options.status, contentType: "text/event-stream", headers: eventStreamHeaders }
+  )
+
+export interface NdjsonOptions<E> {
+  /** The last line when the stream fails (Ollama: `{"error": "..."}`). */
+  readonly onFailure: (error: E) => unknown
+  readonly status?: number | undefined
+}
+
+/** An `application/x-ndjson` response of `lines`, each element's JSON on a line of its own. */
+export const ndjson = <A, E>(lines: Stream.Stream<A, E>, options: NdjsonOptions<E>): HttpServerResponse.HttpServerResponse =>
+  HttpServerResponse.stream(
+    lines.pipe(
+      Stream.catchAll((error) => Stream.succeed(options.onFailure(error))),
+      Stream.map((line) => encoder.encode(`${JSON.stringify(line)}\n`))
+    ),
+    { status: options.status, contentType: "application/x-ndjson" }
+  )

@@ -1,0 +1,39 @@
+/**
+ * The refusals the server makes itself, before or around any route, in the shared classification
+ * (Refusals.ts): a missing or wrong API key, a body over the size limit, and one request more than
+ * the in-flight limit. Each names the limit and the setting that raises it.
+ */
+import type { Refusal } from "./Refusals.js"
+
+/** Why a request's key was not accepted. */
+export type KeyVerdict = "missing" | "wrong"
+
+export const unauthorized = (verdict: KeyVerdict): Refusal => ({
+  status: 401,
+  type: "authentication_error",
+  code: "invalid_api_key",
+  param: null,
+  message: verdict === "missing"
+    ? "this server needs an API key: send it as `Authorization: Bearer <key>`"
+    : "the API key is not valid"
+})
+
+/** `size`: the body's length (declared, or counted when it was sent without one). */
+export const bodyTooLarge = (limit: number, size: number): Refusal => ({
+  status: 413,
+  type: "invalid_request_error",
+  code: "body_too_large",
+  param: null,
+  message: `the request body of ${size} bytes is over the limit of ${limit} bytes ` +
+    "(NATIVEGEN_HTTP_MAX_BODY_BYTES)"
+})
+
+export const tooManyRequests = (limit: number, retryAfterSeconds: number): Refusal => ({
+  status: 429,
+  type: "rate_limit_error",
+  code: "too_many_requests",
+  param: null,
+  message: `the server is already handling its limit of ${limit} requests (NATIVEGEN_HTTP_MAX_IN_FLIGHT); ` +
+    `retry after ${retryAfterSeconds} s`,
+  retryAfterSeconds
+})
