@@ -29,6 +29,9 @@ const serve = (asset: Asset) => HttpServerResponse.text(asset.text, { contentTyp
 
 const byName = new Map(assets.map((asset) => [asset.name, asset]))
 
+/** The console's paths: its page and its files (served without the API key: see Gate). */
+export const paths: ReadonlyArray<string> = ["/", ...assets.map((asset) => `/console/${asset.name}`)]
+
 export const routes = HttpLayerRouter.addAll([
   HttpLayerRouter.route("GET", "/", Effect.succeed(serve(page))),
   HttpLayerRouter.route(

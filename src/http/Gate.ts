@@ -4,7 +4,9 @@
  * body size (413), and a place among the requests in flight (429 with Retry-After), each refusal
  * in the shape of the API the path belongs to. Bodies sent without a length are held to the same
  * limit while they are read (`MaxBodySize`, and JsonBody's own count). `GET /health` needs no key
- * and no place: it does no work, and a monitor must see the engine's state under any load.
+ * and no place: it does no work, and a monitor must see the engine's state under any load. Nor do
+ * the web console's files: they are static, and the page must load to ask for the key its own
+ * requests then send.
  */
 import * as FileSystem from "@effect/platform/FileSystem"
 import type * as Headers from "@effect/platform/Headers"
@@ -14,13 +16,14 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as ApiKey from "./ApiKey.js"
+import * as Console from "./Console.js"
 import * as ErrorBodies from "./ErrorBodies.js"
 import { HttpConfig } from "./HttpConfig.js"
 import { InFlight } from "./InFlight.js"
 import { bodyTooLarge, tooManyRequests, unauthorized } from "./ServerRefusals.js"
 
 /** Paths served without a key and outside the in-flight limit. */
-export const openPaths: ReadonlySet<string> = new Set(["/health"])
+export const openPaths: ReadonlySet<string> = new Set(["/health", ...Console.paths])
 
 /** The request target's path (without query or fragment). */
 export const pathOf = (url: string): string => {

@@ -3,9 +3,10 @@
  * what the web console reads and scripts may too:
  * - `GET /nativegen/status`: the readiness (engine, budget by kind, roles, lanes, recovery
  *   actions, the last generations' timings), the server's version and whether a store backs it.
- * - `GET /nativegen/events`: the same as server-sent events: `readiness` on every engine state
- *   change (the current one first), `sample` every `interval` milliseconds (default 1000) for
- *   what changes without one (lanes, memory, finished generations).
+ * - `GET /nativegen/events`: the same as server-sent events, each the status with a `type`:
+ *   `readiness` on every engine state change (the current one first), `sample` every `interval`
+ *   milliseconds (default 1000) for what changes without one (lanes, memory, finished
+ *   generations).
  * - `POST /nativegen/decide`: the decision model's labels and probability per head.
  */
 import * as HttpLayerRouter from "@effect/platform/HttpLayerRouter"
@@ -15,6 +16,7 @@ import * as Clock from "effect/Clock"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
+import { absurd } from "effect/Function"
 import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
@@ -24,9 +26,10 @@ import { packageVersion } from "../internal/PackageFiles.js"
 import { Provider } from "../services/Provider.js"
 import { Store } from "../services/Store.js"
 import * as ErrorBodies from "./ErrorBodies.js"
+import * as EventStream from "./EventStream.js"
 import { HttpConfig } from "./HttpConfig.js"
+import * as JsonBody from "./JsonBody.js"
 import { badRequest, refusalOf } from "./Refusals.js"
-import { eventStream, readJson } from "./status/Wire.js"
 
 /** Bounds of the `interval` query parameter of `/nativegen/events`, in milliseconds. */
 export const SAMPLE_INTERVAL = { min: 250, max: 60_000, default: 1_000 } as const
@@ -56,26 +59,19 @@ export const routes = HttpLayerRouter.addAll(Effect.gen(function*() {
     if (Either.isLeft(interval)) {
       return ErrorBodies.openAi(badRequest(`interval must be an integer from ${SAMPLE_INTERVAL.min} to ${SAMPLE_INTERVAL.max} (milliseconds)`, "interval"))
     }
-    const changes = Stream.mapEffect(provider.readinessChanges, () => status).pipe(
-      Stream.map((data) => ({ event: "readiness", data }))
-    )
+    const changes = Stream.mapEffect(provider.readinessChanges, () => Effect.map(status, (s) => ({ type: "readiness", ...s })))
     const samples = Stream.fromSchedule(Schedule.spaced(Duration.millis(interval.right))).pipe(
-      Stream.mapEffect(() => status),
-      Stream.map((data) => ({ event: "sample", data }))
+      Stream.mapEffect(() => Effect.map(status, (s) => ({ type: "sample", ...s })))
     )
-    return eventStream(Stream.merge(changes, samples))
+    return EventStream.serverSentEvents(Stream.merge(changes, samples), { onFailure: absurd, endMarker: false })
   })
 
-  const decide = Effect.gen(function*() {
-    const body = yield* readJson(DecideRequest)
-    if (Either.isLeft(body)) return ErrorBodies.openAi(body.left)
-    return yield* provider.decide(body.right).pipe(
-      Effect.match({
-        onFailure: (error) => ErrorBodies.openAi(refusalOf(error, retryAfterSeconds)),
-        onSuccess: (result) => HttpServerResponse.unsafeJson({ object: "nativegen.decision", ...result })
-      })
-    )
-  })
+  const decide = Effect.flatMap(JsonBody.readJson(DecideRequest), provider.decide).pipe(
+    Effect.match({
+      onFailure: (error) => ErrorBodies.openAi(error._tag === "BodyRefused" ? error.refusal : refusalOf(error, retryAfterSeconds)),
+      onSuccess: (result) => HttpServerResponse.unsafeJson({ object: "nativegen.decision", ...result })
+    })
+  )
 
   return [
     HttpLayerRouter.route("GET", "/nativegen/status", Effect.map(status, (body) => HttpServerResponse.unsafeJson(body))),

@@ -172,8 +172,8 @@ export function mount(root, { setConnection }) {
     fill(sections.memoryOverTime, memoryOverTime(samples))
     fill(sections.timeline, timeline(readiness))
   }
-  follow("/nativegen/events", (event) => {
-    if ((event.event === "readiness" || event.event === "sample") && typeof event.data === "object") render(event.data)
+  follow("/nativegen/events", ({ data }) => {
+    if (data?.object === "nativegen.status") render(data)
   }, setConnection, controller.signal)
   return () => controller.abort()
 }
