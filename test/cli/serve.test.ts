@@ -341,6 +341,20 @@ layer(Layer.scoped(TestServer, startServer), { timeout: "120 seconds", excludeTe
       assert.notInclude(server.log(), httpKey)
     }))
 
+  it.effect("--http: the web console loads without the key; its /nativegen/models sees the store serve runs on", () =>
+    Effect.gen(function*() {
+      const server = yield* TestServer
+      const base = /http: listening on (http:\/\/127\.0\.0\.1:\d+)/.exec(server.log())![1]!
+      const page = yield* Effect.promise(() => fetch(`${base}/`))
+      assert.strictEqual(page.status, 200)
+      assert.match(page.headers.get("content-type") ?? "", /^text\/html/)
+      const models = yield* Effect.promise(() =>
+        fetch(`${base}/nativegen/models`, { headers: { authorization: `Bearer ${httpKey}` } })
+          .then((r) => r.json() as Promise<{ readonly active: ReadonlyArray<{ readonly model: string }> }>)
+      )
+      assert.includeMembers(models.active.map((m) => m.model), ["qwen-chat", "qwen-decision"])
+    }))
+
   it.effect("serve refuses a bad --http address, a key given twice and an empty key file, before starting anything", () =>
     Effect.gen(function*() {
       const { home } = yield* TestServer
