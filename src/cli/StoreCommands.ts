@@ -78,7 +78,7 @@ const showEvent = (view: Ref.Ref<ImportView>, event: ImportEvent, tty: boolean) 
           bytes: event.bytes,
           total: event.total,
           elapsedMillis: event.bytesPerSecond > 0 ? (event.bytes / event.bytesPerSecond) * 1000 : Date.now() - current.started
-        })
+        }, 24, Terminal.stderrColumns())
         if (tty) {
           yield* Ref.update(view, (v) => ({ ...v, drawn: true }))
           return yield* Terminal.writeError(`\r${line}\x1b[K`)
@@ -133,7 +133,7 @@ const importCommand = Command.make(
 const encodeListing = Schema.encodeSync(Listing)
 
 /** The listing as tables: the active models, the activations passed over (when any), then the blobs. */
-export const listingText = (listing: Listing): string => {
+export const listingText = (listing: Listing, maxWidth?: number): string => {
   const active = listing.active.length === 0
     ? "no active models"
     : Format.table(
@@ -147,21 +147,24 @@ export const listingText = (listing: Listing): string => {
         m.keyId,
         m.activatedAt
       ]),
-      [false, false, true]
+      [false, false, true],
+      maxWidth
     )
   const blobs = listing.blobs.length === 0
     ? "no blobs"
     : Format.table(
       ["blob", "size", "referenced", "leased"],
       listing.blobs.map((b) => [b.digest, Format.formatBytes(b.size), b.referenced ? "yes" : "no", b.leased ? "yes" : "no"]),
-      [false, true]
+      [false, true],
+      maxWidth
     )
   const passedOver = listing.passedOver.length === 0
     ? []
     : [Format.table(
       ["passed over", "model", "revision", "device", "journal line", "why"],
       listing.passedOver.map((p) => [p.role, p.model, String(p.revision), p.device, String(p.journalLine), p.reason]),
-      [false, false, true, false, true]
+      [false, false, true, false, true],
+      maxWidth
     )]
   return [active, ...passedOver, blobs].join("\n\n")
 }
@@ -170,7 +173,7 @@ const list = Command.make("list", { socket: Flags.socket, json: Flags.json, ...s
   withStore(settings)((store) =>
     Effect.gen(function*() {
       const listing = yield* store.list
-      yield* Console.log(settings.json ? JSON.stringify(encodeListing(listing), null, 2) : listingText(listing))
+      yield* Console.log(settings.json ? JSON.stringify(encodeListing(listing), null, 2) : listingText(listing, Terminal.stdoutColumns()))
     })
   )).pipe(
     Command.withDescription(
