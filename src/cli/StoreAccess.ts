@@ -14,8 +14,9 @@ import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
 import * as Net from "node:net"
-import type { Activation, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
+import type { Activation, Deactivation, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
 import * as Client from "../rpc/Client.js"
+import { Provider } from "../services/Provider.js"
 import * as Store from "../services/Store.js"
 import * as Serve from "./Serve.js"
 import * as Terminal from "./Terminal.js"
@@ -34,7 +35,10 @@ export interface StoreAccess {
     manifest: string,
     options: { readonly device?: string; readonly allowRollback?: boolean }
   ) => Effect.Effect<Activation, Client.RemoteStoreError>
+  readonly deactivate: (model: string, options: { readonly device?: string }) => Effect.Effect<Deactivation, Client.RemoteStoreError>
   readonly reap: (options: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, Client.RemoteStoreError>
+  /** The manifests the server has loaded (its readiness); none when working directly (no server runs). */
+  readonly loadedManifests: Effect.Effect<ReadonlySet<string>>
 }
 
 export const modeLine = (mode: Mode): string =>
@@ -60,12 +64,17 @@ const listening = (socketPath: string): Effect.Effect<boolean> =>
     return Effect.sync(() => socket.destroy())
   })
 
-const remoteAccess = (remote: Client.RemoteStore["Type"]): StoreAccess => ({
+const remoteAccess = (remote: Client.RemoteStore["Type"], provider: Provider["Type"]): StoreAccess => ({
   mode: { _tag: "Server", socketPath: remote.socketPath },
   list: remote.list,
   verify: remote.verify,
   activate: remote.activate,
-  reap: remote.reap
+  deactivate: remote.deactivate,
+  reap: remote.reap,
+  loadedManifests: Effect.map(
+    provider.readiness,
+    (readiness) => new Set(readiness.roles.flatMap((role) => (role.manifestDigest === null ? [] : [role.manifestDigest])))
+  )
 })
 
 const directAccess = (store: Store.Store["Type"], socketPath: string): StoreAccess => ({
@@ -73,7 +82,9 @@ const directAccess = (store: Store.Store["Type"], socketPath: string): StoreAcce
   list: store.list,
   verify: (digest) => Effect.map(store.verify(digest), ({ digest, path, size }) => ({ digest, path, size })),
   activate: store.activate,
-  reap: store.reap
+  deactivate: store.deactivate,
+  reap: store.reap,
+  loadedManifests: Effect.succeed(new Set())
 })
 
 const stderrLogger = Logger.prettyLogger({ stderr: true })
@@ -97,7 +108,7 @@ export const withStore = (settings: Serve.StoreSettings & { readonly socket: str
   Effect.scoped(Effect.gen(function*() {
     const connected = yield* Effect.either(Layer.build(Client.layer({ socketPath: settings.socket })))
     if (Either.isRight(connected)) {
-      const access = remoteAccess(Context.get(connected.right, Client.RemoteStore))
+      const access = remoteAccess(Context.get(connected.right, Client.RemoteStore), Context.get(connected.right, Provider))
       yield* Terminal.writeError(`${modeLine(access.mode)}\n`)
       return yield* use(access)
     }

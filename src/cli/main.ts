@@ -31,6 +31,9 @@ export const nativegen = Command.make("nativegen").pipe(
     Decide.command,
     Status.command,
     StoreCommands.command,
+    StoreCommands.listCommand("list"),
+    StoreCommands.listCommand("ls"),
+    StoreCommands.rmCommand("rm"),
     Keys.command
   ])
 )

@@ -1,7 +1,8 @@
 /**
  * A GGUF header reader for the host (which never loads node-llama-cpp): magic, version, tensor
- * and key-value counts, `general.architecture`, and every tensor's data range checked to lie
- * within the file. The store runs it before a model is activated, so a file that cannot be a
+ * and key-value counts, `general.architecture`, the scalar metadata (strings and unsigned
+ * integers: file type, trained context, chat template, license, ...), the parameter count and
+ * every tensor's data range checked to lie within the file. The store runs it before a model is activated, so a file that cannot be a
  * model llama.cpp loads is refused at import instead of at the next start. It reads the header
  * only (through `readAt`, in windows), never the tensor data, and every count and length in the
  * header is bounded by the file's size before anything is allocated for it.
@@ -26,6 +27,12 @@ export interface GgufHeader {
   readonly dataOffset: number
   /** The end of the last tensor's bytes (at most the file size). */
   readonly dataEnd: number
+  /** Every metadata value that is a string or an unsigned integer (u8 to u64 within safe integers), by key; arrays are left out. */
+  readonly metadata: ReadonlyMap<string, string | number>
+  /** The elements of all tensors together: the model's parameter count. */
+  readonly parameterCount: number
+  /** Elements per tensor type name (`F16`, `Q8_0`, ...). */
+  readonly elementsByType: ReadonlyMap<string, number>
 }
 
 /** Why a file is not a GGUF model llama.cpp could load; `offset` is where reading stopped. */
@@ -100,6 +107,15 @@ class Cursor {
     return this.window.subarray(start, start + length)
   }
 
+  u8(what: string): number {
+    return this.bytes(1, what)[0]!
+  }
+
+  u16(what: string): number {
+    const b = this.bytes(2, what)
+    return b[0]! | (b[1]! << 8)
+  }
+
   u32(what: string): number {
     const b = this.bytes(4, what)
     return (b[0]! | (b[1]! << 8) | (b[2]! << 16) | (b[3]! << 24)) >>> 0
@@ -134,10 +150,18 @@ class Cursor {
 
 const quote = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 77)}...` : s)
 
-/** Reads one metadata value of `type`; returns it when it is a string or a u32, else skips it. */
+/** Reads one metadata value of `type`; returns it when it is a string or an unsigned integer, else skips it. */
 const readValue = (cursor: Cursor, type: number, key: string): string | number | undefined => {
   if (type === stringType) return cursor.string(`the value of ${quote(key)}`)
   if (type === 4) return cursor.u32(`the value of ${quote(key)}`)
+  if (type === 0) return cursor.u8(`the value of ${quote(key)}`)
+  if (type === 2) return cursor.u16(`the value of ${quote(key)}`)
+  if (type === 10) {
+    // A value past the safe integers is left out, not refused: it says nothing about loading.
+    const low = cursor.u32(`the value of ${quote(key)}`)
+    const high = cursor.u32(`the value of ${quote(key)}`)
+    return high < 0x200000 ? high * 0x100000000 + low : undefined
+  }
   const fixed = fixedValueSizes[type]
   if (fixed !== undefined) return void cursor.skip(fixed, `the value of ${quote(key)}`)
   if (type !== arrayType) return cursor.fail(`key ${quote(key)} has unknown value type ${type}`)
@@ -176,6 +200,7 @@ export const read = (
     if (kvCount > cursor.remaining / 12) cursor.fail(`${kvCount} key-values cannot fit in the file`)
     if (tensorCount > cursor.remaining / 32) cursor.fail(`${tensorCount} tensors cannot fit in the file`)
     const keys = new Set<string>()
+    const metadata = new Map<string, string | number>()
     let architecture: string | undefined
     let alignment = defaultAlignment
     for (let i = 0; i < kvCount; i++) {
@@ -184,6 +209,7 @@ export const read = (
       keys.add(key)
       const type = cursor.u32(`the type of ${quote(key)}`)
       const value = readValue(cursor, type, key)
+      if (value !== undefined) metadata.set(key, value)
       if (key === "general.architecture") {
         if (typeof value !== "string" || type !== stringType) cursor.fail("general.architecture is not a string")
         architecture = value
@@ -197,6 +223,8 @@ export const read = (
     if (architecture === undefined) cursor.fail("no general.architecture")
     if (architecture === "") cursor.fail("general.architecture is empty")
     const tensors: Array<{ readonly name: string; readonly offset: number; readonly bytes: number }> = []
+    const elementsByType = new Map<string, number>()
+    let parameterCount = 0
     const names = new Set<string>()
     for (let i = 0; i < tensorCount; i++) {
       const name = cursor.string(`the name of tensor ${i}`)
@@ -219,6 +247,8 @@ export const read = (
       const offset = cursor.u64(`the offset of ${quote(name)}`)
       if (offset % alignment !== 0) cursor.fail(`tensor ${quote(name)} has offset ${offset}, not a multiple of the alignment ${alignment}`)
       tensors.push({ name, offset, bytes })
+      parameterCount += elements
+      elementsByType.set(typeName, (elementsByType.get(typeName) ?? 0) + elements)
     }
     const dataOffset = Math.ceil(cursor.position / alignment) * alignment
     let dataEnd = dataOffset
@@ -232,7 +262,18 @@ export const read = (
       }
       dataEnd = Math.max(dataEnd, end)
     }
-    return Either.right({ version, tensorCount, kvCount, architecture, alignment, dataOffset, dataEnd })
+    return Either.right({
+      version,
+      tensorCount,
+      kvCount,
+      architecture,
+      alignment,
+      dataOffset,
+      dataEnd,
+      metadata,
+      parameterCount,
+      elementsByType
+    })
   } catch (e) {
     if (e instanceof Defect) return Either.left({ reason: e.reason, offset: e.offset })
     throw e
