@@ -13,7 +13,9 @@ import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
 import * as Net from "node:net"
+import type { Readiness } from "../domain/Inference.js"
 import type { Activation, Deactivation, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
 import * as Client from "../rpc/Client.js"
 import { Provider } from "../services/Provider.js"
@@ -37,8 +39,8 @@ export interface StoreAccess {
   ) => Effect.Effect<Activation, Client.RemoteStoreError>
   readonly deactivate: (model: string, options: { readonly device?: string }) => Effect.Effect<Deactivation, Client.RemoteStoreError>
   readonly reap: (options: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, Client.RemoteStoreError>
-  /** The manifests the server has loaded (its readiness); none when working directly (no server runs). */
-  readonly loadedManifests: Effect.Effect<ReadonlySet<string>>
+  /** The server's readiness (what it has loaded); none when working directly (no server runs). */
+  readonly readiness: Effect.Effect<Option.Option<Readiness>>
 }
 
 export const modeLine = (mode: Mode): string =>
@@ -71,10 +73,7 @@ const remoteAccess = (remote: Client.RemoteStore["Type"], provider: Provider["Ty
   activate: remote.activate,
   deactivate: remote.deactivate,
   reap: remote.reap,
-  loadedManifests: Effect.map(
-    provider.readiness,
-    (readiness) => new Set(readiness.roles.flatMap((role) => (role.manifestDigest === null ? [] : [role.manifestDigest])))
-  )
+  readiness: Effect.map(provider.readiness, Option.some)
 })
 
 const directAccess = (store: Store.Store["Type"], socketPath: string): StoreAccess => ({
@@ -84,7 +83,7 @@ const directAccess = (store: Store.Store["Type"], socketPath: string): StoreAcce
   activate: store.activate,
   deactivate: store.deactivate,
   reap: store.reap,
-  loadedManifests: Effect.succeed(new Set())
+  readiness: Effect.succeed(Option.none())
 })
 
 const stderrLogger = Logger.prettyLogger({ stderr: true })

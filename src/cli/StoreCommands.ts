@@ -291,7 +291,10 @@ export const rmCommand = (name: string) =>
             settings.model,
             Option.match(settings.device, { onNone: () => ({}), onSome: (device) => ({ device }) })
           )
-          const loadedByServer = (yield* store.loadedManifests).has(removed.manifestDigest)
+          const loadedByServer = Option.exists(
+            yield* store.readiness,
+            (readiness) => readiness.roles.some((role) => role.manifestDigest === removed.manifestDigest)
+          )
           yield* Console.log(
             settings.json
               ? JSON.stringify({ ...encodeDeactivation(removed), loadedByServer })
