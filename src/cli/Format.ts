@@ -220,9 +220,13 @@ export const jsonEvent = (chunk: GenerateChunk, conversation?: string): string =
 /**
  * Left-aligned columns (right-aligned where `right[i]`), two spaces apart, no trailing spaces,
  * measured in display columns (wide characters 2, combining marks 0). With `maxWidth`, the widest
- * columns give up columns first and their cells are cut with `…`, and no line is wider than
- * `maxWidth`.
+ * columns give up columns first, down to `minColumn`, their cells cut with `…`; what is still too
+ * wide is cut at the end of the line, so the first (naming) columns stay readable and no line is
+ * wider than `maxWidth`.
  */
+/** The narrowest a column is made before lines are cut at their end instead. */
+const minColumn = 12
+
 export const table = (
   header: ReadonlyArray<string>,
   rows: ReadonlyArray<ReadonlyArray<string>>,
@@ -235,7 +239,7 @@ export const table = (
     let excess = widths.reduce((a, b) => a + b, 0) + 2 * (widths.length - 1) - maxWidth
     while (excess > 0) {
       const widest = widths.reduce((best, w, i) => (w > widths[best]! ? i : best), 0)
-      if (widths[widest]! <= 1) break
+      if (widths[widest]! <= minColumn) break
       widths[widest]! -= 1
       excess -= 1
     }

@@ -20,6 +20,7 @@ import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { ensureModel, pinnedDigests } from "../../fixtures/models.js"
 import type * as Ps from "../../src/cli/Ps.js"
+import * as Width from "../../src/cli/Width.js"
 import { Readiness } from "../../src/domain/Inference.js"
 import * as Signing from "../../src/services/store/Signing.js"
 import { makeStore } from "../store/helpers.js"
@@ -166,6 +167,22 @@ layer(Layer.scoped(TestFixture, setUp), { timeout: "240 seconds", excludeTestSer
         }
         assert.match(store.stdout, /^generation {2}my-chat {2}/m)
       }))
+
+    it.effect.skipIf(tmuxUnavailable !== undefined)("in a narrow terminal, the tables of list, ps and status fit its width, cut with …", () =>
+      Effect.scoped(Effect.gen(function*() {
+        const { home } = yield* TestFixture
+        // stdout only: `ls` says on stderr how it reached the store, a message (wrapped, never cut).
+        const commands = [["ls"], ["ps"], ["status"]].map((args) => `${[process.execPath, bin, ...args].map(shellQuote).join(" ")} 2>/dev/null`)
+        const pane = yield* openPane(`${commands.join("; ")}; echo "[done]"; exec sleep 600`, home.env, { columns: 48, rows: 60 })
+        const shown = yield* pane.waitFor("the three commands' output", (t) => t.includes("[done]"))
+        // capture-pane joins wrapped lines (-J): a line wider than the terminal would show here whole.
+        const lines = shown.split("\n")
+        assert.deepStrictEqual(lines.filter((line) => Width.displayWidth(line) > 48), [])
+        assert.isAbove(lines.filter((line) => line.endsWith("…")).length, 3)
+        // The naming columns stay whole; the wide ones are cut first, then the ends of the lines.
+        assert.match(shown, /^generation {2}my-chat {8}\s+1 {2}cpu/m)
+        assert.match(shown, /^generation {2}my-chat\s+1 {2}cpu\/cpu\s/m)
+      })))
 
     it.effect.skipIf(tmuxUnavailable !== undefined)(
       "interactive chat in a terminal: turns that continue the conversation, /set, /show, /clear, \"\"\" blocks, history, /bye",

@@ -214,7 +214,7 @@ export const tmuxUnavailable = ((): string | undefined => {
   return probe.error !== undefined ? `tmux is not available (${probe.error.message})` : undefined
 })()
 
-/** A terminal of 100 x 30 in a private tmux server, running one command. */
+/** A terminal (100 x 30 unless asked) in a private tmux server, running one command. */
 export interface Pane {
   /** `tmux send-keys` (key names such as `Enter`, `C-c`, `Up`; `literal` text is sent as typed). */
   readonly keys: (...keys: ReadonlyArray<string>) => Effect.Effect<void>
@@ -235,14 +235,18 @@ const tmuxSync = (socket: string, args: ReadonlyArray<string>, env?: NodeJS.Proc
  * Starts `command` (a shell command line) in a new tmux session on a private server socket, with
  * `env` (TERM=xterm, colour allowed); the server is killed with the scope.
  */
-export const openPane = (command: string, env: Record<string, string>): Effect.Effect<Pane, never, Scope.Scope> =>
+export const openPane = (
+  command: string,
+  env: Record<string, string>,
+  size: { readonly columns: number; readonly rows: number } = { columns: 100, rows: 30 }
+): Effect.Effect<Pane, never, Scope.Scope> =>
   Effect.gen(function*() {
     const socket = `nativegen-test-${process.pid}-${Crypto.randomBytes(4).toString("hex")}`
     const paneEnv: NodeJS.ProcessEnv = { ...environment(env), TERM: "xterm" }
     delete paneEnv.NO_COLOR
     delete paneEnv.TMUX
     yield* Effect.acquireRelease(
-      Effect.sync(() => tmuxSync(socket, ["new-session", "-d", "-x", "100", "-y", "30", "-s", "chat", command], paneEnv)),
+      Effect.sync(() => tmuxSync(socket, ["new-session", "-d", "-x", String(size.columns), "-y", String(size.rows), "-s", "chat", command], paneEnv)),
       () => Effect.sync(() => void ChildProcess.spawnSync("tmux", ["-L", socket, "kill-server"]))
     )
     yield* Effect.sync(() => tmuxSync(socket, ["set-option", "-t", "chat", "history-limit", "10000"]))
