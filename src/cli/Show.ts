@@ -31,8 +31,10 @@ export interface Subject {
   readonly role: Role
   /** The role as the running server has it loaded; undefined when no server runs or it has not loaded this model. */
   readonly loaded: LoadedRole | undefined
-  /** The store's active manifest (for the role, or of the model named); undefined when there is none. */
+  /** The store's active manifest of this model (the one loaded, when the server runs it); undefined when there is none. */
   readonly stored: ActiveModel | undefined
+  /** The store's newest activation for the role when it is another model than the one shown (a start loads it first). */
+  readonly next: ActiveModel | undefined
 }
 
 const roles: ReadonlyArray<Role> = ["generation", "decision"]
@@ -44,9 +46,21 @@ const storedFor = (listing: Listing, role: Role): ActiveModel | undefined =>
     undefined
   )
 
+/** The store's activation of what the server runs: by manifest, else the model's active revision. */
+const storedOf = (listing: Listing, loaded: LoadedRole): ActiveModel | undefined =>
+  listing.active.find((m) => m.manifestDigest === loaded.manifestDigest) ??
+    listing.active.find((m) => m.model === loaded.model && m.role === loaded.role)
+
+const subjectOf = (listing: Listing, role: Role, loaded: LoadedRole | undefined, stored: ActiveModel | undefined): Subject => {
+  const newest = storedFor(listing, role)
+  const shownModel = loaded?.model ?? stored?.model
+  return { role, loaded, stored, next: newest !== undefined && newest.model !== shownModel ? newest : undefined }
+}
+
 /**
- * What to show: per role, the model the server runs and the store's active one; or, for a named
- * model, its activation and the server's roles that run it. Empty when nothing matches.
+ * What to show: per role, the model the server runs (else the store's newest activation for the
+ * role); or, for a named model, its activation and the server's roles that run it. Empty when
+ * nothing matches.
  */
 export const subjects = (listing: Listing, readiness: Option.Option<Readiness>, model: Option.Option<string>): Array<Subject> => {
   const loadedRoles = Option.match(readiness, { onNone: () => [], onSome: (r) => r.roles })
@@ -54,14 +68,14 @@ export const subjects = (listing: Listing, readiness: Option.Option<Readiness>, 
     onNone: () =>
       roles.flatMap((role) => {
         const loaded = loadedRoles.find((r) => r.role === role)
-        const stored = storedFor(listing, role)
-        return loaded === undefined && stored === undefined ? [] : [{ role, loaded, stored }]
+        const stored = loaded === undefined ? storedFor(listing, role) : storedOf(listing, loaded)
+        return loaded === undefined && stored === undefined ? [] : [subjectOf(listing, role, loaded, stored)]
       }),
     onSome: (name) => {
-      const stored = listing.active.find((m) => m.model === name)
       const loaded = loadedRoles.filter((r) => r.model === name)
-      if (loaded.length === 0) return stored === undefined ? [] : [{ role: stored.role, loaded: undefined, stored }]
-      return loaded.map((l) => ({ role: l.role, loaded: l, stored: stored?.role === l.role ? stored : undefined }))
+      if (loaded.length > 0) return loaded.map((l) => subjectOf(listing, l.role, l, storedOf(listing, l)))
+      const stored = listing.active.find((m) => m.model === name)
+      return stored === undefined ? [] : [subjectOf(listing, stored.role, undefined, stored)]
     }
   })
 }
@@ -96,24 +110,30 @@ export interface Shown {
 }
 
 const notesOf = (subject: Subject, serverRuns: boolean): Array<string> => {
-  const { loaded, role, stored } = subject
-  if (loaded === undefined && stored !== undefined) {
-    return serverRuns ? [`active in the store; the running server does not run it for ${role} (it loads at the server's next start)`] : []
+  const { loaded, next, role, stored } = subject
+  const notes: Array<string> = []
+  if (loaded === undefined && serverRuns) {
+    notes.push(`active in the store; the running server does not run it for ${role}`)
   }
   if (loaded !== undefined && stored === undefined) {
-    return [`the server runs it for ${role}, but it is no longer active in the store (it stays loaded until the server restarts)`]
+    notes.push(`the server runs it for ${role}, but it is no longer active in the store (it stays loaded until the server restarts)`)
   }
   if (loaded !== undefined && stored !== undefined && loaded.manifestDigest !== stored.manifestDigest) {
-    return [
-      `the server runs ${loaded.model} revision ${loaded.revision ?? "-"} for ${role}; the store's active model is ${stored.model} revision ${stored.revision} (loaded at the server's next start); the values shown are the running model's`
-    ]
+    notes.push(
+      `the server runs revision ${loaded.revision ?? "-"}; the store's active revision is ${stored.revision} (loaded at the server's next start)`
+    )
   }
-  return []
+  if (next !== undefined) {
+    notes.push(
+      `the store's newest model for ${role} is ${next.model} revision ${next.revision}: ${serverRuns ? "the server's next start loads" : "a start loads"} it first`
+    )
+  }
+  return notes
 }
 
 export const describe = (subject: Subject, facts: ModelFacts.ModelFacts, serverRuns: boolean): Shown => {
   const { loaded, stored } = subject
-  // What runs decides; the store's values stand where the server has nothing (or runs the same manifest).
+  // What runs decides; the store's values stand where the server runs nothing (or the same manifest).
   const same = loaded === undefined || stored === undefined || loaded.manifestDigest === stored.manifestDigest
   return {
     role: subject.role,
@@ -132,7 +152,7 @@ export const describe = (subject: Subject, facts: ModelFacts.ModelFacts, serverR
     license: facts.license,
     chatTemplate: facts.chatTemplate,
     loadedByServer: loaded !== undefined,
-    activeInStore: stored !== undefined && same,
+    activeInStore: stored !== undefined,
     notes: notesOf(subject, serverRuns)
   }
 }
