@@ -24,7 +24,18 @@ import * as Width from "../../src/cli/Width.js"
 import { Readiness } from "../../src/domain/Inference.js"
 import * as Signing from "../../src/services/store/Signing.js"
 import { makeStore } from "../store/helpers.js"
-import { bin, type Home, makeHome, openPane, type Pane, run, type Server, startServer, tmuxUnavailable } from "./support.js"
+import {
+  bin,
+  type Home,
+  makeHome,
+  openPane,
+  type Pane,
+  run,
+  type Server,
+  smallServerEnv,
+  startServer,
+  tmuxUnavailable
+} from "./support.js"
 
 interface Fixture {
   readonly home: Home
@@ -55,7 +66,8 @@ const setUp = Effect.gen(function*() {
     yield* store.stage(model, pinnedDigests["qwen-decision"], Fs.statSync(model).size)
     return yield* store.activate(Fs.readFileSync(manifest, "utf8"))
   }))
-  const server = yield* startServer(home)
+  // A generation context large enough for an answer of 4000 tokens: long to write even on a fast machine.
+  const server = yield* startServer(home, { ...smallServerEnv, NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: "4096" })
   return {
     home,
     server,
@@ -96,13 +108,13 @@ layer(Layer.scoped(TestFixture, setUp), { timeout: "240 seconds", excludeTestSer
         const text = yield* run(["ps"], { env: home.env })
         assert.strictEqual(text.code, 0, text.stderr)
         assert.match(text.stdout, /^role {8}model {10}revision {2}device\s+weights\s+kv {2}context {2}up$/m)
-        assert.match(text.stdout, /^generation {2}my-chat {8}\s+1 {2}cpu\/cpu\s+[\d.]+ MiB\s+[\d.]+ MiB\s+1024 {2}[\d.]+ (s|min .*)$/m)
+        assert.match(text.stdout, /^generation {2}my-chat {8}\s+1 {2}cpu\/cpu\s+[\d.]+ MiB\s+[\d.]+ MiB\s+4096 {2}[\d.]+ (s|min .*)$/m)
         assert.match(text.stdout, /^decision {4}qwen-decision\s+1 {2}cpu\/cpu\s+[\d.]+ MiB\s+[\d.]+ MiB\s+512 {2}/m)
         assert.match(text.stdout, new RegExp(`^engine {4}ready, incarnation 1, pid ${server.enginePid}, cpu backend, up `, "m"))
         assert.match(text.stdout, /^memory {4}cpu: [\d.]+ MiB charged of [\d.]+ GiB \(weights [\d.]+ MiB, kv [\d.]+ MiB, workspace [\d.]+ \w+\), [\d.]+ GiB free$/m)
         const json = JSON.parse((yield* run(["ps", "--json"], { env: home.env })).stdout) as ReturnType<typeof Ps.processes>
         assert.deepStrictEqual(json.models.map((m) => [m.role, m.model, m.device, m.backend, m.admittedContext]), [
-          ["generation", "my-chat", "cpu", "cpu", 1024],
+          ["generation", "my-chat", "cpu", "cpu", 4096],
           ["decision", "qwen-decision", "cpu", "cpu", 512]
         ])
         for (const m of json.models) {
@@ -127,7 +139,7 @@ layer(Layer.scoped(TestFixture, setUp), { timeout: "240 seconds", excludeTestSer
           "  parameters        19.5M",
           "  quantization      Q4_0",
           "  trained context   40960",
-          "  admitted context  1024 (cap 1024, limited by cap)",
+          "  admitted context  4096 (cap 4096, limited by cap)",
           "  license           -",
           `  manifest          ${manifestDigest} (revision 1)`,
           `  signed by         ${keyId}`,
@@ -147,7 +159,7 @@ layer(Layer.scoped(TestFixture, setUp), { timeout: "240 seconds", excludeTestSer
         assert.strictEqual(json.length, 1)
         assert.deepStrictEqual(
           [json[0]!.model, json[0]!.architecture, json[0]!.quantization, json[0]!.fileType, json[0]!.trainedContext, json[0]!.admittedContext, json[0]!.keyId],
-          ["my-chat", "qwen3", "Q4_0", 2, 40960, 1024, keyId]
+          ["my-chat", "qwen3", "Q4_0", 2, 40960, 4096, keyId]
         )
         assert.include(String(json[0]!.chatTemplate), "enable_thinking")
         const missing = yield* run(["show", "nope"], { env: home.env })
@@ -248,17 +260,14 @@ layer(Layer.scoped(TestFixture, setUp), { timeout: "240 seconds", excludeTestSer
       () =>
         Effect.scoped(Effect.gen(function*() {
           const { home, server } = yield* TestFixture
-          const pane = yield* chatPane(home, ["-t", "0", "-n", "900"])
+          const pane = yield* chatPane(home, ["-t", "0", "-n", "4000"])
           yield* pane.waitFor("a prompt", (t) => promptShown(t))
           yield* enter(pane, "Tell me a long story")
-          // The engine is generating and the answer has started to show.
-          yield* Effect.flatMap(readiness(home), (r) => (r.scheduler.running === 1 ? Effect.void : Effect.fail(r.scheduler))).pipe(
-            Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("30 seconds"))),
-            Effect.orDie
-          )
-          yield* pane.waitFor("answer text", (t) => /Tell me a long story\n.+\S/.test(t), "30 seconds")
+          // Ctrl-C as soon as the answer shows (the pane is polled every 50 ms).
+          yield* pane.waitFor("answer text", (t) => /Tell me a long story\n.*\S/.test(t), "60 seconds")
           yield* pane.keys("C-c")
           const shown = yield* pane.waitFor("(stopped) and a prompt", (t) => t.includes("(stopped)") && promptShown(t), "30 seconds")
+          // Stopped in the middle: a finished answer would have printed its usage line first.
           assert.deepStrictEqual(usageLines(shown), [], "the stopped answer never finished")
           // The server's readiness shows nothing running, the same engine (a cancel, not a crash).
           const after = yield* Effect.flatMap(readiness(home), (r) =>
