@@ -316,7 +316,11 @@ export const Readiness = Schema.Struct({
     budgetBytes: Schema.Number,
     chargedBytes: Schema.Number,
     freeBytes: Schema.Number,
-    waiting: Schema.Int
+    waiting: Schema.Int,
+    /** The charged bytes by kind: resident weights, KV caches (with what measurement added), request workspace. */
+    weightsBytes: Schema.Number,
+    kvBytes: Schema.Number,
+    workspaceBytes: Schema.Number
   })),
   roles: Schema.Array(Schema.Struct({
     role: Role,
@@ -328,7 +332,10 @@ export const Readiness = Schema.Struct({
     admittedContext: Schema.NullOr(Schema.Int),
     contextCap: Schema.NullOr(Schema.Int),
     /** Why the admitted context is below the cap, when it is. */
-    limitedBy: Schema.NullOr(Schema.Literal("cap", "trainedContext", "budget"))
+    limitedBy: Schema.NullOr(Schema.Literal("cap", "trainedContext", "budget")),
+    /** Bytes charged for the role's weights and for its context (KV cache and compute buffers) at admission. */
+    weightsBytes: Schema.NullOr(Schema.Number),
+    kvBytes: Schema.NullOr(Schema.Number)
   })),
   scheduler: Schema.Struct({
     running: Schema.Int,

@@ -403,7 +403,10 @@ export const make = Effect.gen(function*() {
         budgetBytes: budget.budgetBytes,
         chargedBytes: budget.chargedBytes,
         freeBytes: budget.freeBytes,
-        waiting: budget.waiting.length
+        waiting: budget.waiting.length,
+        weightsBytes: budget.byKind.weights.bytes,
+        kvBytes: budget.byKind.kv.bytes,
+        workspaceBytes: budget.byKind.workspace.bytes
       },
       roles: ready.roles.map((r) => {
         const admitted = budget.admitted?.roles.find((a) => a.role === r.role)
@@ -415,7 +418,9 @@ export const make = Effect.gen(function*() {
           revision: r.revision?.revision ?? null,
           admittedContext: r.admittedContext ?? admitted?.contextSize ?? null,
           contextCap: admitted?.cap ?? null,
-          limitedBy: admitted?.limitedBy ?? null
+          limitedBy: admitted?.limitedBy ?? null,
+          weightsBytes: admitted?.weightsBytes ?? null,
+          kvBytes: admitted?.contextBytes ?? null
         }
       }),
       scheduler: sched,
