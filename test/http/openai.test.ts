@@ -14,6 +14,8 @@ import { HttpTest } from "./support.js"
 const MODEL = "qwen-chat"
 const REPLY = "Hello! I am the nativegen seed model."
 const THOUGHT = "The user greets me; a short, friendly reply fits."
+/** Qwen3's chat format written out: a plain prompt the scripted model answers as it answers a chat. */
+const RAW_PROMPT = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
 
 const client = Effect.map(HttpTest, ({ baseUrl }) => new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: "unused", maxRetries: 0 }))
 
@@ -46,7 +48,7 @@ const clockTool: OpenAI.ChatCompletionTool = {
   function: { name: "get_time", parameters: { type: "object", properties: { zone: { enum: ["UTC", "CET"] } } } }
 }
 
-describe("OpenAI API: chat completions on qwen-chat", () => {
+describe("OpenAI API on qwen-chat", () => {
   layer(HttpTest.layer(), { timeout: 180_000, excludeTestServices: true })((it) => {
     it.effect("GET /v1/models lists the generation model with its admitted context; /v1/models/{id} finds it or 404s", () =>
       Effect.gen(function*() {
@@ -353,6 +355,59 @@ describe("OpenAI API: chat completions on qwen-chat", () => {
             if (i > 0) assert.isAtMost(candidate.logprob, entry.top_logprobs[i - 1]!.logprob)
           }
         }
+      }))
+
+    it.effect("/v1/completions: a plain prompt, whole and streamed (the same greedy text), with usage", () =>
+      Effect.gen(function*() {
+        const whole = yield* call((openai) => openai.completions.create({ model: MODEL, prompt: RAW_PROMPT, max_tokens: 64 }))
+        assert.strictEqual(whole.object, "text_completion")
+        const [choice] = whole.choices
+        assert.include(choice?.text ?? "", REPLY)
+        assert.strictEqual(choice?.finish_reason, "stop")
+        assert.isAbove(whole.usage?.prompt_tokens ?? 0, 0)
+        const chunks = yield* call(async (openai) => {
+          const stream = await openai.completions.create({
+            model: MODEL,
+            prompt: [RAW_PROMPT],
+            max_tokens: 64,
+            stream: true,
+            stream_options: { include_usage: true }
+          })
+          const all = []
+          for await (const chunk of stream) all.push(chunk)
+          return all
+        })
+        assert.strictEqual(chunks.map((c) => c.choices[0]?.text ?? "").join(""), choice?.text)
+        assert.deepStrictEqual(chunks.flatMap((c) => c.choices.flatMap((x) => (x.finish_reason === null ? [] : [x.finish_reason]))), ["stop"])
+        assert.strictEqual(chunks.at(-1)?.usage?.completion_tokens, whole.usage?.completion_tokens)
+      }))
+
+    it.effect("/v1/completions logprobs N: each token's text, log probability, top N and offset", () =>
+      Effect.gen(function*() {
+        const completion = yield* call((openai) => openai.completions.create({ model: MODEL, prompt: RAW_PROMPT, max_tokens: 16, logprobs: 2 }))
+        const [choice] = completion.choices
+        const logprobs = choice!.logprobs!
+        assert.strictEqual(logprobs.tokens!.join(""), choice?.text)
+        assert.strictEqual(logprobs.tokens!.length, completion.usage?.completion_tokens)
+        for (const [i, token] of logprobs.tokens!.entries()) {
+          assert.isAtMost(logprobs.token_logprobs![i]!, 0)
+          const top = logprobs.top_logprobs![i]!
+          assert.strictEqual(Object.keys(top).length, 2)
+          assert.closeTo(top[token]!, logprobs.token_logprobs![i]!, 1e-6)
+          assert.strictEqual(logprobs.text_offset![i], logprobs.tokens!.slice(0, i).join("").length)
+        }
+      }))
+
+    it.effect("/v1/completions refuses what it cannot honour, naming the field", () =>
+      Effect.gen(function*() {
+        const echo = yield* refusalOf((openai) => openai.completions.create({ model: MODEL, prompt: RAW_PROMPT, echo: true }))
+        assert.deepStrictEqual([echo.status, echo.param], [400, "echo"])
+        const suffix = yield* refusalOf((openai) => openai.completions.create({ model: MODEL, prompt: RAW_PROMPT, suffix: "}" }))
+        assert.deepStrictEqual([suffix.status, suffix.param], [400, "suffix"])
+        const two = yield* refusalOf((openai) => openai.completions.create({ model: MODEL, prompt: ["a", "b"] }))
+        assert.deepStrictEqual([two.status, two.param], [400, "prompt"])
+        const model = yield* refusalOf((openai) => openai.completions.create({ model: "davinci-002", prompt: RAW_PROMPT }))
+        assert.deepStrictEqual([model.status, model.code], [404, "model_not_found"])
       }))
   })
 })
