@@ -137,22 +137,36 @@ const runStreamed = (
 const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, Refused, R>) =>
   Effect.catchTag(handler, "Refused", (e) => Effect.succeed(ErrorBodies.openAi(e.refusal)))
 
-const idOf = (prefix: string) => `${prefix}-${Crypto.randomUUID().replace(/-/g, "").slice(0, 24)}`
-
-const chatCompletions = (request: HttpServerRequest.HttpServerRequest) =>
-  answerRefusals(Effect.gen(function*() {
-    const body = yield* decodeChat(yield* readJson(request))
-    const mapped = yield* chatRequest(body)
+/**
+ * What both generation routes do once the body is mapped: the extensions read from the headers,
+ * the model and the engine checked, and the generation (not yet run) under the client's key.
+ */
+const start = (
+  request: HttpServerRequest.HttpServerRequest,
+  body: { readonly model?: string | null | undefined; readonly prompt_cache_key?: string | null | undefined },
+  mapped: { readonly request: OpenGenerateRequest; readonly params: ParamNames }
+) =>
+  Effect.gen(function*() {
     const key = yield* conversationKeyOf(request.headers, body.prompt_cache_key)
     const lane = yield* laneOf(request.headers)
     const role = yield* readyModel(body.model)
     const { retryAfterSeconds } = yield* HttpConfig
     const errors: ErrorContext = { params: mapped.params, key: key.source, retryAfterSeconds }
     const stream = yield* generation({ ...mapped.request, ...(lane === undefined ? {} : { lane }) }, key.key, role.admittedContext)
+    return { errors, model: role.model, stream }
+  })
+
+const idOf = (prefix: string) => `${prefix}-${Crypto.randomUUID().replace(/-/g, "").slice(0, 24)}`
+
+const chatCompletions = Effect.fn("OpenAi.chatCompletions")(
+  function*(request: HttpServerRequest.HttpServerRequest) {
+    const body = yield* decodeChat(yield* readJson(request))
+    const mapped = yield* chatRequest(body)
+    const { errors, model, stream } = yield* start(request, body, mapped)
     const meta = {
       id: idOf("chatcmpl"),
       created: Math.floor((yield* Clock.currentTimeMillis) / 1000),
-      model: role.model,
+      model,
       forcedToolCall: mapped.forcedToolCall,
       logprobs: body.logprobs === true
     }
@@ -162,22 +176,19 @@ const chatCompletions = (request: HttpServerRequest.HttpServerRequest) =>
     }
     const { chunks, done } = yield* runWhole(stream, errors)
     return HttpServerResponse.unsafeJson(chatCompletion(meta, chunks, done))
-  }))
+  },
+  answerRefusals
+)
 
-const completions = (request: HttpServerRequest.HttpServerRequest) =>
-  answerRefusals(Effect.gen(function*() {
+const completions = Effect.fn("OpenAi.completions")(
+  function*(request: HttpServerRequest.HttpServerRequest) {
     const body = yield* decodeCompletion(yield* readJson(request))
     const mapped = yield* completionRequest(body)
-    const key = yield* conversationKeyOf(request.headers, body.prompt_cache_key)
-    const lane = yield* laneOf(request.headers)
-    const role = yield* readyModel(body.model)
-    const { retryAfterSeconds } = yield* HttpConfig
-    const errors: ErrorContext = { params: mapped.params, key: key.source, retryAfterSeconds }
-    const stream = yield* generation({ ...mapped.request, ...(lane === undefined ? {} : { lane }) }, key.key, role.admittedContext)
+    const { errors, model, stream } = yield* start(request, body, mapped)
     const meta = {
       id: idOf("cmpl"),
       created: Math.floor((yield* Clock.currentTimeMillis) / 1000),
-      model: role.model,
+      model,
       logprobs: body.logprobs !== null && body.logprobs !== undefined
     }
     if (body.stream === true) {
@@ -185,22 +196,24 @@ const completions = (request: HttpServerRequest.HttpServerRequest) =>
     }
     const { chunks, done } = yield* runWhole(stream, errors)
     return HttpServerResponse.unsafeJson(completion(meta, chunks, done))
-  }))
+  },
+  answerRefusals
+)
 
-const models = Effect.gen(function*() {
+const models = Effect.withSpan(Effect.gen(function*() {
   const readiness = yield* (yield* Provider).readiness
   const role = generationModel(readiness)
   const now = yield* Clock.currentTimeMillis
   return HttpServerResponse.unsafeJson({ object: "list", data: role === undefined ? [] : [modelObject(role, readiness, now)] })
-})
+}), "OpenAi.models")
 
-const model = answerRefusals(Effect.gen(function*() {
+const model = Effect.withSpan(answerRefusals(Effect.gen(function*() {
   const { id } = yield* HttpRouter.params
   const readiness = yield* (yield* Provider).readiness
   const role = generationModel(readiness)
   if (role === undefined || role.model !== id) return yield* refused(modelNotFound(id ?? ""))
   return HttpServerResponse.unsafeJson(modelObject(role, readiness, yield* Clock.currentTimeMillis))
-}))
+})), "OpenAi.model")
 
 export const routes = HttpLayerRouter.addAll([
   HttpLayerRouter.route("GET", "/v1/models", models),
