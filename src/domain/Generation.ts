@@ -6,7 +6,7 @@
  * pieces where the shapes meet (stop reasons, decision heads, label scores).
  */
 import * as Schema from "effect/Schema"
-import { DecisionHead, GenerationStop, Lane, LabelDecision, Sampling } from "./Inference.js"
+import { DecisionHead, GenerationStop, Lane, LabelDecision, Sampling, TokenCandidate } from "./Inference.js"
 
 export const TokenId = Schema.NonNegativeInt
 export const Tokens = Schema.Array(TokenId)
@@ -25,6 +25,11 @@ export const TokenGenerateRequest = Schema.Struct({
   prefillOnly: Schema.optional(Schema.Boolean),
   /** Report each sampled token's probability on its Token event. */
   confidence: Schema.optional(Schema.Boolean),
+  /**
+   * With confidence: also the N most probable tokens at each step (most probable first, with their
+   * texts) on its Token event. 0 or absent: none.
+   */
+  topProbabilities: Schema.optional(Schema.Int),
   /**
    * Reuse only whole prefill chunks of the cached prefix: the rest is prefilled in the same batches
    * as a cold run, so probabilities are bit-identical to it when the kept part was prefilled too.
@@ -51,7 +56,9 @@ export const Token = Schema.TaggedStruct("Token", {
   token: TokenId,
   text: Schema.String,
   /** The token's probability under the sampling options, when asked for. */
-  confidence: Schema.optional(Schema.Number)
+  confidence: Schema.optional(Schema.Number),
+  /** The most probable tokens at this step (most probable first), when asked for. */
+  candidates: Schema.optional(Schema.Array(TokenCandidate))
 })
 export const Finished = Schema.TaggedStruct("Finished", { reason: EngineStopReason, generated: Schema.Int })
 

@@ -1,7 +1,7 @@
 /**
  * A GGUF header reader for the host (which never loads node-llama-cpp): magic, version, tensor
- * and key-value counts, `general.architecture`, and every tensor's data range checked to lie
- * within the file. The store runs it before a model is activated, so a file that cannot be a
+ * and key-value counts, `general.architecture`, the scalar metadata values, the parameter count,
+ * and every tensor's data range checked to lie within the file. The store runs it before a model is activated, so a file that cannot be a
  * model llama.cpp loads is refused at import instead of at the next start. It reads the header
  * only (through `readAt`, in windows), never the tensor data, and every count and length in the
  * header is bounded by the file's size before anything is allocated for it.
@@ -15,6 +15,9 @@ export const defaultAlignment = 32
 /** GGML_MAX_DIMS. */
 export const maxDimensions = 4
 
+/** A scalar metadata value: strings, numbers (64-bit integers beyond 2^53 lose precision), booleans. */
+export type GgufValue = string | number | boolean
+
 /** What the header says, once it has been checked. */
 export interface GgufHeader {
   readonly version: number
@@ -22,6 +25,10 @@ export interface GgufHeader {
   readonly kvCount: number
   readonly architecture: string
   readonly alignment: number
+  /** Every scalar key-value, in file order (arrays, such as the tokenizer's vocabulary, are left out). */
+  readonly metadata: ReadonlyMap<string, GgufValue>
+  /** The number of tensor elements (the model's parameters). */
+  readonly parameterCount: number
   /** Where the tensor data section starts. */
   readonly dataOffset: number
   /** The end of the last tensor's bytes (at most the file size). */
@@ -113,6 +120,12 @@ class Cursor {
     return high * 0x100000000 + low
   }
 
+  /** The bytes of a fixed-size value, for typed decoding. */
+  view(length: number, what: string): DataView {
+    const b = this.bytes(length, what)
+    return new DataView(b.buffer, b.byteOffset, length)
+  }
+
   skip(length: number, what: string) {
     if (length > this.remaining) this.fail(`the file ends inside ${what}`)
     this.position += length
@@ -134,12 +147,39 @@ class Cursor {
 
 const quote = (s: string) => JSON.stringify(s.length > 80 ? `${s.slice(0, 77)}...` : s)
 
-/** Reads one metadata value of `type`; returns it when it is a string or a u32, else skips it. */
-const readValue = (cursor: Cursor, type: number, key: string): string | number | undefined => {
+/** Decodes a fixed-size scalar of metadata type `type` (0 to 7, 10 to 12). */
+const scalarOf = (view: DataView, type: number): GgufValue => {
+  switch (type) {
+    case 0:
+      return view.getUint8(0)
+    case 1:
+      return view.getInt8(0)
+    case 2:
+      return view.getUint16(0, true)
+    case 3:
+      return view.getInt16(0, true)
+    case 4:
+      return view.getUint32(0, true)
+    case 5:
+      return view.getInt32(0, true)
+    case 6:
+      return view.getFloat32(0, true)
+    case 7:
+      return view.getUint8(0) !== 0
+    case 10:
+      return Number(view.getBigUint64(0, true))
+    case 11:
+      return Number(view.getBigInt64(0, true))
+    default:
+      return view.getFloat64(0, true)
+  }
+}
+
+/** Reads one metadata value of `type`; returns it when it is a scalar, else (an array) skips it. */
+const readValue = (cursor: Cursor, type: number, key: string): GgufValue | undefined => {
   if (type === stringType) return cursor.string(`the value of ${quote(key)}`)
-  if (type === 4) return cursor.u32(`the value of ${quote(key)}`)
   const fixed = fixedValueSizes[type]
-  if (fixed !== undefined) return void cursor.skip(fixed, `the value of ${quote(key)}`)
+  if (fixed !== undefined) return scalarOf(cursor.view(fixed, `the value of ${quote(key)}`), type)
   if (type !== arrayType) return cursor.fail(`key ${quote(key)} has unknown value type ${type}`)
   const itemType = cursor.u32(`the item type of ${quote(key)}`)
   const count = cursor.u64(`the item count of ${quote(key)}`)
@@ -176,6 +216,7 @@ export const read = (
     if (kvCount > cursor.remaining / 12) cursor.fail(`${kvCount} key-values cannot fit in the file`)
     if (tensorCount > cursor.remaining / 32) cursor.fail(`${tensorCount} tensors cannot fit in the file`)
     const keys = new Set<string>()
+    const metadata = new Map<string, GgufValue>()
     let architecture: string | undefined
     let alignment = defaultAlignment
     for (let i = 0; i < kvCount; i++) {
@@ -184,6 +225,7 @@ export const read = (
       keys.add(key)
       const type = cursor.u32(`the type of ${quote(key)}`)
       const value = readValue(cursor, type, key)
+      if (value !== undefined) metadata.set(key, value)
       if (key === "general.architecture") {
         if (typeof value !== "string" || type !== stringType) cursor.fail("general.architecture is not a string")
         architecture = value
@@ -198,6 +240,7 @@ export const read = (
     if (architecture === "") cursor.fail("general.architecture is empty")
     const tensors: Array<{ readonly name: string; readonly offset: number; readonly bytes: number }> = []
     const names = new Set<string>()
+    let parameterCount = 0
     for (let i = 0; i < tensorCount; i++) {
       const name = cursor.string(`the name of tensor ${i}`)
       if (names.has(name)) cursor.fail(`duplicate tensor ${quote(name)}`)
@@ -218,6 +261,7 @@ export const read = (
       if (!Number.isSafeInteger(bytes) || bytes > size) cursor.fail(`tensor ${quote(name)} of shape [${shape.join(", ")}] cannot fit in the file`)
       const offset = cursor.u64(`the offset of ${quote(name)}`)
       if (offset % alignment !== 0) cursor.fail(`tensor ${quote(name)} has offset ${offset}, not a multiple of the alignment ${alignment}`)
+      parameterCount += elements
       tensors.push({ name, offset, bytes })
     }
     const dataOffset = Math.ceil(cursor.position / alignment) * alignment
@@ -232,7 +276,7 @@ export const read = (
       }
       dataEnd = Math.max(dataEnd, end)
     }
-    return Either.right({ version, tensorCount, kvCount, architecture, alignment, dataOffset, dataEnd })
+    return Either.right({ version, tensorCount, kvCount, architecture, alignment, metadata, parameterCount, dataOffset, dataEnd })
   } catch (e) {
     if (e instanceof Defect) return Either.left({ reason: e.reason, offset: e.offset })
     throw e

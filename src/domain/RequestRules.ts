@@ -76,13 +76,43 @@ const toolRules = (tools: ReadonlyArray<ToolDefinition> | undefined) => {
   return undefined
 }
 
+/**
+ * A plain-text prompt stands in for the chat: no messages, and nothing that only a chat template
+ * reads (tools, thinking) or that continues a chat (a checkpoint; a conversation id still gives
+ * prefix reuse in its slot).
+ */
+const plainPrompt = (r: GenerateRequest) =>
+  r.prompt === undefined
+    ? undefined
+    : r.prompt.length === 0
+    ? broken(["prompt"], "must not be empty")
+    : r.messages.length > 0
+    ? broken(["messages"], "must be empty with a plain-text prompt")
+    : r.checkpoint !== undefined
+    ? broken(["checkpoint"], "a plain-text prompt continues no checkpoint (a conversation id gives prefix reuse)")
+    : r.tools !== undefined
+    ? broken(["tools"], "tools are written by the chat template, which a plain-text prompt does not use")
+    : r.thinking !== undefined
+    ? broken(["thinking"], "thinking is the chat template's choice, which a plain-text prompt does not use")
+    : undefined
+
+/** Top probabilities: 0 to MAX_TOP_PROBABILITIES, and above 0 only with probabilities. */
+const topProbabilities = (r: GenerateRequest) =>
+  r.topProbabilities === undefined
+    ? undefined
+    : !Number.isInteger(r.topProbabilities) || r.topProbabilities < 0 || r.topProbabilities > MAX_TOP_PROBABILITIES
+    ? broken(["topProbabilities"], `must be an integer from 0 to ${MAX_TOP_PROBABILITIES}`)
+    : r.topProbabilities > 0 && r.probabilities !== true
+    ? broken(["topProbabilities"], `needs probabilities: true (the most probable tokens, at most ${MAX_TOP_PROBABILITIES}, come with each token's probability)`)
+    : undefined
+
 const conversationId = (conversation: string | undefined) =>
   conversation !== undefined && (conversation.length === 0 || conversation.length > MAX_CONVERSATION_ID)
     ? broken(["conversation"], `must be 1 to ${MAX_CONVERSATION_ID} characters`)
     : undefined
 
 export const ValidGenerateRequest = GenerateRequest.pipe(Schema.filter(rules<GenerateRequest>(
-  (r) => someMessages(["messages"], r.messages),
+  (r) => (r.prompt === undefined ? someMessages(["messages"], r.messages) : plainPrompt(r)),
   (r) => messageRoles(["messages"], r.messages),
   (r) => toolRules(r.tools),
   (r) => (Number.isSafeInteger(r.maxTokens) && r.maxTokens > 0 ? undefined : broken(["maxTokens"], "must be a positive integer")),
@@ -99,6 +129,7 @@ export const ValidGenerateRequest = GenerateRequest.pipe(Schema.filter(rules<Gen
       : sampling.topP !== undefined && !(sampling.topP > 0 && sampling.topP <= 1)
       ? broken(["sampling", "topP"], "must be in (0, 1]")
       : undefined,
+  (r) => topProbabilities(r),
   (r) => conversationId(r.conversation)
 )))
 

@@ -7,7 +7,7 @@
 import type { ProviderError } from "../services/ProviderError.js"
 
 export interface Refusal {
-  readonly status: 400 | 401 | 404 | 413 | 429 | 500 | 503
+  readonly status: 400 | 401 | 404 | 413 | 429 | 500 | 501 | 503
   /** OpenAI's `error.type`. */
   readonly type: "invalid_request_error" | "authentication_error" | "not_found_error" | "rate_limit_error" | "server_error" | "unavailable_error"
   /** OpenAI's `error.code`: a stable name for the case (`context_length_exceeded`, `queue_full`, ...). */

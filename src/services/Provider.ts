@@ -107,11 +107,16 @@ export const make = Effect.gen(function*() {
   const stopPreparing = (conversation: string) => FiberMap.remove(preparing, conversation)
 
   /**
-   * The prompt of a turn: with a checkpoint, the held tokens it proves, then the template's close
-   * of the assistant turn and the new turn (only those are new); otherwise the whole chat rendered.
+   * The prompt of a turn: a plain-text prompt tokenized as it stands (its special-token texts read
+   * as those tokens, no template); with a checkpoint, the held tokens it proves, then the
+   * template's close of the assistant turn and the new turn (only those are new); otherwise the
+   * whole chat rendered.
    */
   const promptOf = (request: GenerateRequest) =>
     Effect.gen(function*() {
+      if (request.prompt !== undefined) {
+        return { tokens: yield* worker.tokenize("generation", request.prompt, true), continued: false }
+      }
       const conversation = conversationOf(request)
       const checkpoint = request.checkpoint
       const inputs = templateInputsOf(request)
@@ -176,7 +181,13 @@ export const make = Effect.gen(function*() {
         const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
-        const output = outputState(specialTokensOf(yield* worker.readiness), request.stop ?? [], (n) => `${label}-call-${n}`)
+        const topProbabilities = request.topProbabilities ?? 0
+        const output = outputState(
+          specialTokensOf(yield* worker.readiness),
+          request.stop ?? [],
+          (n) => `${label}-call-${n}`,
+          { probabilities: request.probabilities === true, candidates: topProbabilities > 0 }
+        )
         let reused = 0
         let firstStepAt: number | undefined
         let firstTokenAt: number | undefined
@@ -193,6 +204,7 @@ export const make = Effect.gen(function*() {
           sequence: grant.slot,
           lane: request.lane ?? "foreground",
           confidence: request.probabilities,
+          ...(topProbabilities > 0 ? { topProbabilities } : {}),
           // A continuation keeps everything (its history was decoded token by token, which no
           // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
           // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
@@ -214,7 +226,7 @@ export const make = Effect.gen(function*() {
                   generatedTokens.push(event.token)
                   firstTokenAt ??= now
                   lastTokenAt = now
-                  const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence))
+                  const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence, event.candidates))
                   if (stopped) {
                     stopReason = "stopString"
                     ended = true

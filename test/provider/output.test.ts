@@ -138,3 +138,46 @@ describe("generation output: channels and stop strings", () => {
     else assert.fail("unmatched closer accepted")
   })
 })
+
+describe("generation output: per-token probabilities", () => {
+  /** Feeds plain texts and markers with a probability and one candidate per token; the chunks out. */
+  const scoredRun = (pieces: ReadonlyArray<number | string>, stops: ReadonlyArray<string>, report: { probabilities: boolean; candidates: boolean }) => {
+    const output = outputState(special, stops, undefined, report)
+    const chunks: Array<GenerateChunk> = []
+    let next = 100
+    for (const piece of pieces) {
+      const token = typeof piece === "number" ? piece : next++
+      const text = typeof piece === "number" ? markers[piece]! : piece
+      const result = Either.getOrThrow(output.token(token, text, token / 1000, [{ token, text, probability: token / 1000 }]))
+      chunks.push(...result.chunks)
+      if (result.stopped) return chunks
+    }
+    return [...chunks, ...Either.getOrThrow(output.finish(false)).chunks]
+  }
+  const texts = (chunks: ReadonlyArray<GenerateChunk>) => chunks.filter((c) => c._tag === "Text")
+
+  it("every list is aligned with the chunk's tokens, also where held-back text merges tokens; markers have no entry", () => {
+    const chunks = scoredRun([5, "let", " me", 6, "Hel", "lo", " ST", "op", 7, "{}", 8, "end"], ["Hello there"], { probabilities: true, candidates: true })
+    for (const chunk of texts(chunks)) {
+      assert.deepStrictEqual(chunk.probabilities, chunk.tokens.map((t) => t / 1000))
+      assert.strictEqual(chunk.tokenTexts?.join(""), chunk.text)
+      assert.deepStrictEqual(chunk.candidates?.map((c) => c[0]!.token), chunk.tokens)
+    }
+    // "Hel", "Hello" could start "Hello there": they wait for " ST", then all three go out as one chunk.
+    const merged = texts(chunks).find((c) => c.text === "Hello ST")
+    assert.deepStrictEqual(merged?.tokenTexts, ["Hel", "lo", " ST"])
+    assert.deepStrictEqual(texts(chunks).flatMap((c) => c.tokens), [100, 101, 102, 103, 104, 105, 107])
+  })
+
+  it("probabilities without candidates, and nothing per token when not asked", () => {
+    const pieces = ["a", 5, "b", 6, "c"]
+    for (const chunk of texts(scoredRun(pieces, [], { probabilities: true, candidates: false }))) {
+      assert.strictEqual(chunk.probabilities?.length, 1)
+      assert.deepStrictEqual(chunk.tokenTexts, [chunk.text])
+      assert.isUndefined(chunk.candidates)
+    }
+    for (const chunk of texts(scoredRun(pieces, [], { probabilities: false, candidates: false }))) {
+      assert.deepStrictEqual(Object.keys(chunk).sort(), ["_tag", "channel", "text", "tokens"])
+    }
+  })
+})

@@ -11,6 +11,8 @@ import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp"
+import type { TokenCandidate } from "../../domain/Inference.js"
+import { MAX_TOP_PROBABILITIES } from "../../domain/RequestRules.js"
 import {
   type EngineError,
   type InvalidEngineRequest,
@@ -57,10 +59,20 @@ interface Generation {
   readonly constraint: Grammars.Constraint | undefined
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
-  iterator: AsyncGenerator<{ readonly token: Token; readonly confidence?: number }, void, void | Token | Token[]> | undefined
+  iterator:
+    | AsyncGenerator<
+      { readonly token: Token; readonly confidence?: number; readonly probabilities?: Map<Token, number> },
+      void,
+      void | Token | Token[]
+    >
+    | undefined
   /** Report each sampled token's probability (after sampling options). */
   readonly confidence: boolean
   readonly confidences: Array<number>
+  /** How many of the most probable tokens to report per step (0: none). */
+  readonly topProbabilities: number
+  /** Per token, the most probable tokens at its step (only when asked for). */
+  readonly candidates: Array<ReadonlyArray<TokenCandidate>>
   readonly tokens: Array<number>
   readonly texts: Array<string>
   /** Tokens whose text is held back until their UTF-8 sequence completes. */
@@ -81,6 +93,47 @@ const textOf = (g: Generation, token: number): string => {
   if (text.endsWith("\uFFFD") && g.pendingText.length < 4) return ""
   g.pendingText = []
   return text
+}
+
+/**
+ * The `count` most probable tokens of the step that produced the last generated token (the map is
+ * sorted most probable first), each with its own text after the tokens before it (special tokens
+ * as their text).
+ */
+const topCandidates = (g: Generation, probabilities: ReadonlyMap<Token, number>, count: number): ReadonlyArray<TokenCandidate> => {
+  const context = g.tokens.slice(-9, -1) as Array<Token>
+  const candidates: Array<TokenCandidate> = []
+  for (const [token, probability] of probabilities) {
+    if (candidates.length >= count) break
+    candidates.push({ token, text: g.model.detokenize([token], true, context), probability })
+  }
+  return candidates
+}
+
+/** A Token event, with its probability and candidates when they were asked for. */
+const tokenEvent = (
+  index: number,
+  token: number,
+  text: string,
+  confidence: number | undefined,
+  candidates: ReadonlyArray<TokenCandidate> | undefined
+): AdvanceEvent =>
+  confidence === undefined
+    ? { _tag: "Token", index, token, text }
+    : candidates === undefined
+    ? { _tag: "Token", index, token, text, confidence }
+    : { _tag: "Token", index, token, text, confidence, candidates }
+
+/** Top probabilities: an integer in [0, MAX_TOP_PROBABILITIES], above 0 only with confidence. */
+const checkTopProbabilities = (request: BeginRequest) => {
+  const n = request.topProbabilities ?? 0
+  if (!Number.isInteger(n) || n < 0 || n > MAX_TOP_PROBABILITIES) {
+    return Effect.fail(invalid("topProbabilities", n, `must be an integer from 0 to ${MAX_TOP_PROBABILITIES}`))
+  }
+  if (n > 0 && request.confidence !== true) {
+    return Effect.fail(invalid("topProbabilities", n, "needs confidence (each sampled token's probability)"))
+  }
+  return Effect.succeed(n)
 }
 
 /** Where prefill stops: before the last prompt token (it is evaluated to sample), or at the end. */
@@ -128,6 +181,7 @@ export const make = (
         if (request.prompt.length === 0) return yield* Effect.fail(invalid("prompt", [], "must not be empty"))
         yield* checkPositiveInt("maxTokens", request.maxTokens)
         yield* checkPositiveInt("prefillChunk", request.prefillChunk)
+        const topProbabilities = yield* checkTopProbabilities(request)
         const sequence = yield* idleSequence(sequenceIndex)
         yield* checkPromptTokens(request.prompt, r.vocabularySize)
         const constraint = request.jsonSchema === undefined || request.prefillOnly === true
@@ -170,6 +224,8 @@ export const make = (
           iterator: undefined,
           confidence: request.confidence === true,
           confidences: [],
+          topProbabilities,
+          candidates: [],
           tokens: [],
           texts: [],
           pendingText: [],
@@ -206,7 +262,10 @@ export const make = (
           if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
             await new Promise<never>(() => {})
           }
-          g.iterator ??= g.sequence.evaluateWithMetadata([g.prompt[last]!], { confidence: g.confidence }, {
+          g.iterator ??= g.sequence.evaluateWithMetadata([g.prompt[last]!], {
+            confidence: g.confidence,
+            probabilities: g.topProbabilities > 0
+          }, {
             yieldEogToken: true,
             temperature: g.sampling.temperature,
             ...(g.sampling.topK !== undefined ? { topK: g.sampling.topK } : {}),
@@ -230,9 +289,14 @@ export const make = (
           g.texts.push(text)
           const confidence = next.value.confidence
           if (confidence !== undefined) g.confidences.push(confidence)
+          let candidates: ReadonlyArray<TokenCandidate> | undefined
+          if (g.topProbabilities > 0) {
+            candidates = topCandidates(g, next.value.probabilities ?? new Map(), g.topProbabilities)
+            g.candidates.push(candidates)
+          }
           if (g.tokens.length >= g.maxTokens) g.finished = "maxTokens"
           decoded(++decodedTokens)
-          return { _tag: "Token", index: g.tokens.length - 1, token, text, ...(confidence === undefined ? {} : { confidence }) } as const
+          return tokenEvent(g.tokens.length - 1, token, text, confidence, candidates)
         }, g.lane),
         (event): AdvanceEvent => event
       )
@@ -246,8 +310,8 @@ export const make = (
             return yield* Effect.fail(invalid("fromIndex", fromIndex, `must be in [0, ${g.tokens.length}]`))
           }
           const replay = g.tokens.slice(fromIndex).map((token, i): AdvanceEvent => {
-            const confidence = g.confidences[fromIndex + i]
-            return { _tag: "Token", index: fromIndex + i, token, text: g.texts[fromIndex + i]!, ...(confidence === undefined ? {} : { confidence }) }
+            const index = fromIndex + i
+            return tokenEvent(index, token, g.texts[index]!, g.confidences[index], g.candidates[index])
           })
           const prefill = Stream.repeatEffectOption(
             Effect.suspend(() =>

@@ -9,27 +9,43 @@
  * (name and parsed arguments) or, when its text is not a call, one MalformedToolCall chunk naming
  * the text, and the output goes on (see ToolCalls.ts). A call cut by the token limit is given as
  * it stands: a MalformedToolCall unless its text already parses.
+ * When the request asked for probabilities, each Text chunk carries per token (aligned with its
+ * `tokens`) its probability and its own text, and with top probabilities its candidates.
  */
 import * as Either from "effect/Either"
-import type { Channel, GenerateChunk } from "../../domain/Inference.js"
+import type { Channel, GenerateChunk, TokenCandidate } from "../../domain/Inference.js"
 import * as ChannelDecoder from "../ChannelDecoder.js"
 import * as StopStrings from "./StopStrings.js"
 import { parseToolCall } from "./ToolCalls.js"
 
-/** A token's id and, when asked for, its probability. */
+/** A token's id, its text and, when asked for, its probability and the step's candidates. */
 interface Scored {
   readonly token: number
+  readonly text: string
   readonly probability: number | undefined
+  readonly candidates: ReadonlyArray<TokenCandidate> | undefined
 }
+
+/** What the request asked to see per token. */
+export interface TokenReport {
+  /** Each token's probability and text. */
+  readonly probabilities: boolean
+  /** The most probable tokens at each step (the engine sends them when asked for). */
+  readonly candidates: boolean
+}
+
+const noReport: TokenReport = { probabilities: false, candidates: false }
 
 /**
  * Per-generation output state: channels, stop strings, the tokens behind text not yet emitted, the
- * tool call being read. `toolCallId` names the n-th tool call (from 0).
+ * tool call being read. `toolCallId` names the n-th tool call (from 0); `report` says what Text
+ * chunks carry per token beside its id.
  */
 export const outputState = (
   special: ChannelDecoder.ChannelTokens,
   stops: ReadonlyArray<string>,
-  toolCallId: (n: number) => string = (n) => `call-${n}`
+  toolCallId: (n: number) => string = (n) => `call-${n}`,
+  report: TokenReport = noReport
 ) => {
   const decoder = ChannelDecoder.make(special)
   const matcher = StopStrings.make(stops)
@@ -52,14 +68,17 @@ export const outputState = (
   }
   const text = (channel: Channel, value: string, scored: ReadonlyArray<Scored>): ReadonlyArray<GenerateChunk> => {
     if (value.length === 0 && scored.length === 0) return []
+    const tokens = scored.map((s) => s.token)
+    if (!report.probabilities) return [{ _tag: "Text", channel, text: value, tokens }]
+    const tokenTexts = scored.map((s) => s.text)
     const probabilities = scored.flatMap((s) => (s.probability === undefined ? [] : [s.probability]))
-    return [{
-      _tag: "Text",
-      channel,
-      text: value,
-      tokens: scored.map((s) => s.token),
-      ...(probabilities.length === scored.length && probabilities.length > 0 ? { probabilities } : {})
-    }]
+    // The engine reports a probability for every token it was asked to; never a misaligned list.
+    const scores = probabilities.length === scored.length ? { probabilities, tokenTexts } : { tokenTexts }
+    return [
+      report.candidates
+        ? { _tag: "Text", channel, text: value, tokens, ...scores, candidates: scored.map((s) => s.candidates ?? []) }
+        : { _tag: "Text", channel, text: value, tokens, ...scores }
+    ]
   }
 
   /** Stop strings apply to the answer channel; held-back answer text is released when the channel changes. */
@@ -71,16 +90,20 @@ export const outputState = (
   }
 
   return {
-    /** Chunks for one generated token (with its probability, if known), and whether a stop string ended the output. */
+    /**
+     * Chunks for one generated token (with its probability and the step's candidates, when asked
+     * for), and whether a stop string ended the output.
+     */
     token: (
       token: number,
       value: string,
-      probability?: number
+      probability?: number,
+      candidates?: ReadonlyArray<TokenCandidate>
     ): Either.Either<{ chunks: ReadonlyArray<GenerateChunk>; stopped: boolean }, ChannelDecoder.MalformedChannel> =>
       Either.map(decoder.push(token, value), (pieces) => {
         const chunks: Array<GenerateChunk> = []
         for (const piece of pieces) {
-          const scored = piece.tokens.map((t) => ({ token: t, probability }))
+          const scored = piece.tokens.map((t): Scored => ({ token: t, text: value, probability, candidates }))
           if (piece.channel === "tool") {
             call.text += piece.text
             call.tokens.push(...piece.tokens)
