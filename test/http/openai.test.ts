@@ -217,6 +217,10 @@ describe("OpenAI API on qwen-chat", () => {
           openai.chat.completions.create({ model: MODEL, messages: [{ role: "user", content: 5 as unknown as string }] })
         )
         assert.deepStrictEqual([shape.status, shape.param], [400, "messages[0].content"])
+        const top = yield* refusalOf((openai) =>
+          openai.chat.completions.create({ model: MODEL, messages: greeting, logprobs: true, top_logprobs: 21 })
+        )
+        assert.deepStrictEqual([top.status, top.param], [400, "top_logprobs"])
         const lane = yield* refusalOf((openai) =>
           openai.chat.completions.create({ model: MODEL, messages: greeting }, { headers: { "X-Nativegen-Lane": "fast" } })
         )
@@ -388,7 +392,9 @@ describe("OpenAI API on qwen-chat", () => {
         const [choice] = completion.choices
         const logprobs = choice!.logprobs!
         assert.strictEqual(logprobs.tokens!.join(""), choice?.text)
-        assert.strictEqual(logprobs.tokens!.length, completion.usage?.completion_tokens)
+        // Every token of the text; the thought's markers are generated but are not text.
+        assert.isAtMost(logprobs.tokens!.length, completion.usage?.completion_tokens ?? 0)
+        assert.isAbove(logprobs.tokens!.length, 0)
         for (const [i, token] of logprobs.tokens!.entries()) {
           assert.isAtMost(logprobs.token_logprobs![i]!, 0)
           const top = logprobs.top_logprobs![i]!
@@ -404,6 +410,8 @@ describe("OpenAI API on qwen-chat", () => {
         assert.deepStrictEqual([echo.status, echo.param], [400, "echo"])
         const suffix = yield* refusalOf((openai) => openai.completions.create({ model: MODEL, prompt: RAW_PROMPT, suffix: "}" }))
         assert.deepStrictEqual([suffix.status, suffix.param], [400, "suffix"])
+        const logprobs = yield* refusalOf((openai) => openai.completions.create({ model: MODEL, prompt: RAW_PROMPT, logprobs: 21 }))
+        assert.deepStrictEqual([logprobs.status, logprobs.param], [400, "logprobs"])
         const two = yield* refusalOf((openai) => openai.completions.create({ model: MODEL, prompt: ["a", "b"] }))
         assert.deepStrictEqual([two.status, two.param], [400, "prompt"])
         const model = yield* refusalOf((openai) => openai.completions.create({ model: "davinci-002", prompt: RAW_PROMPT }))

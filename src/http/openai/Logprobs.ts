@@ -14,8 +14,8 @@ export const logprobOf = (probability: number) => (probability > 0 ? Math.max(FL
 
 const bytesOf = (text: string) => Array.from(Buffer.from(text, "utf8"))
 
-/** The text of the chunk's i-th token (the engine gives each token's text when asked for probabilities). */
-const tokenText = (chunk: Text, i: number) => chunk.tokenTexts?.[i] ?? (chunk.tokens.length === 1 ? chunk.text : "")
+/** The text of the chunk's i-th token (the engine gives each token's text with its probability). */
+const tokenText = (chunk: Text, i: number) => chunk.tokenTexts?.[i] ?? ""
 
 const candidateEntry = (candidate: TokenCandidate) => ({
   token: candidate.text,
