@@ -2,7 +2,8 @@
  * OpenAI's API under pressure, with the official client (no retries): more concurrent streams than
  * one running and one queued request allow get 429 `queue_full` with Retry-After; while the
  * engine child is replaced after a SIGKILL, a request gets 503 `engine_unavailable` with
- * Retry-After, and once the replacement is ready requests are served again.
+ * Retry-After, and once the replacement is ready requests are served again; a child killed
+ * mid-stream ends the stream with one error event in OpenAI's shape (no `[DONE]`).
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as Deferred from "effect/Deferred"
@@ -101,6 +102,48 @@ describe("OpenAI API: limits", () => {
         const openai = yield* client
         const served = yield* Effect.promise(() => openai.chat.completions.create({ model: MODEL, messages: greeting, max_tokens: 64 }))
         assert.include(served.choices[0]?.message.content ?? "", "Hello!")
+      }))
+
+    it.effect("a failure mid-stream (the child SIGKILLed) is one error event in OpenAI's shape, and the stream ends without [DONE]", () =>
+      Effect.gen(function*() {
+        const { baseUrl } = yield* HttpTest
+        const before = yield* awaitReadiness((r) => r.state === "ready")
+        const events = yield* Effect.promise(async () => {
+          const response = await fetch(`${baseUrl}/v1/chat/completions`, {
+            method: "POST",
+            headers: { "content-type": "application/json" },
+            body: JSON.stringify(long)
+          })
+          const reader = response.body!.getReader()
+          const decoder = new TextDecoder()
+          let text = decoder.decode((await reader.read()).value)
+          process.kill(before.engine.pid!, "SIGKILL")
+          for (let part = await reader.read(); !part.done; part = await reader.read()) text += decoder.decode(part.value)
+          return { status: response.status, text }
+        })
+        assert.strictEqual(events.status, 200)
+        const datas = events.text.split("\n\n").filter((e) => e.startsWith("data: ")).map((e) => e.slice("data: ".length))
+        assert.notInclude(datas, "[DONE]")
+        const last = JSON.parse(datas.at(-1)!) as { error: { type: string; code: string; message: string } }
+        assert.deepStrictEqual([last.error.type, last.error.code], ["unavailable_error", "engine_failed"])
+        // With the official client, the error event is thrown as an APIError.
+        const replaced = yield* awaitReadiness((r) => r.state === "ready")
+        const thrown = yield* Effect.flatMap(client, (openai) =>
+          Effect.promise(async () => {
+            const stream = await openai.chat.completions.create(long)
+            const chunks = stream[Symbol.asyncIterator]()
+            await chunks.next()
+            process.kill(replaced.engine.pid!, "SIGKILL")
+            try {
+              for (let next = await chunks.next(); !next.done; next = await chunks.next());
+              return undefined
+            } catch (error) {
+              return error
+            }
+          }))
+        assert(thrown instanceof OpenAI.APIError, `an APIError, not ${String(thrown)}`)
+        assert.strictEqual(thrown.code, "engine_failed")
+        yield* awaitReadiness((r) => r.state === "ready")
       }))
   })
 })

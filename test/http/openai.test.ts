@@ -225,6 +225,10 @@ describe("OpenAI API on qwen-chat", () => {
           openai.chat.completions.create({ model: MODEL, messages: greeting }, { headers: { "X-Nativegen-Lane": "fast" } })
         )
         assert.deepStrictEqual([lane.status, lane.param], [400, "X-Nativegen-Lane"])
+        const utility = yield* call((openai) =>
+          openai.chat.completions.create({ model: MODEL, messages: greeting, max_tokens: 64 }, { headers: { "X-Nativegen-Lane": "utility" } })
+        )
+        assert.include(utility.choices[0]?.message.content ?? "", REPLY)
         const unsupported = yield* refusalOf((openai) =>
           openai.chat.completions.create({
             model: MODEL,
@@ -260,7 +264,8 @@ describe("OpenAI API on qwen-chat", () => {
           fetch(`${baseUrl}/v1/chat/completions`, {
             method: "POST",
             headers: { "content-type": "application/json" },
-            body: JSON.stringify({ messages: greeting, max_tokens: 64 })
+            // No model, and fields nativegen does not read (ignored, as OpenAI-compatible servers do).
+            body: JSON.stringify({ messages: greeting, max_tokens: 64, frequency_penalty: 0, metadata: { a: "b" }, x_unknown: [1] })
           })
         )
         assert.strictEqual(response.status, 200)
