@@ -1,7 +1,7 @@
 /**
  * Provider: the public Effect API of the runtime. Embedders, the RPC server and the command line
  * call only this. `generate` streams channel-tagged text and ends with usage, timings, the stop
- * reason and a checkpoint; `decide` scores labels on the decision model; `count` gives exact token
+ * reason and a checkpoint (without maxTokens, until the model stops or the context is full); `decide` scores labels on the decision model; `count` gives exact token
  * counts through the chat template and `tokenize` the tokens themselves; `prepare` prefills a
  * conversation's expected prompt while the engine is idle; `readiness` reports the engine, the
  * device budget and the admitted contexts.
@@ -162,6 +162,14 @@ export const make = Effect.gen(function*() {
     ready.models.find((m) => m.role === "generation")?.specialTokens ??
       { thinkOpen: null, thinkClose: null, toolOpen: null, toolClose: null }
 
+  /**
+   * The output budget of a request that gives none: what the admitted generation context leaves
+   * after the prompt, and at least one token (so a prompt that fills the context alone is refused
+   * with the numbers: its tokens, one output token, the context).
+   */
+  const restOfContext = (promptTokens: number) =>
+    Effect.map(admission.contextOf("generation"), (context) => Math.max(1, context - promptTokens))
+
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
@@ -172,7 +180,8 @@ export const make = Effect.gen(function*() {
         const lane = request.lane ?? "foreground"
         // Rendering waits for a ready engine: it counts against the request's queue timeout.
         const { continued, tokens: prompt } = yield* scheduler.beforeQueue(lane, submitted, promptOf(request))
-        yield* admission.checkTokens("generation", prompt.length, request.maxTokens)
+        const maxTokens = request.maxTokens ?? (yield* restOfContext(prompt.length))
+        yield* admission.checkTokens("generation", prompt.length, maxTokens)
         const label = `generate-${Crypto.randomUUID().slice(0, 8)}`
         yield* preempt(conversation)
         const grant = yield* scheduler.generation({ lane, label, conversation, submittedAt: submitted })
@@ -197,7 +206,7 @@ export const make = Effect.gen(function*() {
 
         const steps = worker.generate({
           prompt,
-          maxTokens: request.maxTokens,
+          maxTokens,
           sampling: request.sampling ?? { temperature: 0 },
           sequence: grant.slot,
           lane,
