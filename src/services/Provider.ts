@@ -1,10 +1,12 @@
 /**
  * Provider: the public Effect API of the runtime. Embedders, the RPC server and the command line
  * call only this. `generate` streams channel-tagged text and ends with usage, timings, the stop
- * reason and a checkpoint (without maxTokens, until the model stops or the context is full); `decide` scores labels on the decision model; `count` gives exact token
- * counts through the chat template and `tokenize` the tokens themselves; `prepare` prefills a
- * conversation's expected prompt while the engine is idle; `readiness` reports the engine, the
- * device budget and the admitted contexts.
+ * reason and a checkpoint (without maxTokens it runs until the model stops or the context is
+ * full); `decide` scores labels on the decision model; `count` gives exact token counts through
+ * the chat template and `tokenize` the tokens themselves; `prepare` prefills a conversation's
+ * expected prompt while the engine is idle; `readiness` reports the engine, the device budget and
+ * the admitted contexts. Whatever waits for the engine before a request is queued (rendering and
+ * tokenizing its prompt) counts against its queue timeout (Scheduler.beforeQueue).
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"

@@ -24,7 +24,7 @@ import { EngineUnavailable } from "../domain/EngineError.js"
 import type { Lane } from "../domain/Inference.js"
 import { Admission } from "./Admission.js"
 import type { WorkspaceTooLarge } from "./AdmissionError.js"
-import { NativeWorker } from "./NativeWorker.js"
+import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { QueueFull, QueueTimeout } from "./ProviderError.js"
 import { SchedulerConfig, type SchedulerConfigShape } from "./scheduler/SchedulerConfig.js"
 import * as SlotPool from "./scheduler/SlotPool.js"
@@ -131,7 +131,7 @@ export const make = Effect.gen(function*() {
   const queueTimeoutMillis = Duration.toMillis(config.queueTimeout)
 
   /** The engine's state and why, as a QueueTimeout's reason says it. */
-  const engineState = Effect.map(worker.readiness, (r) => (r.reason === undefined ? r.state : `${r.state}: ${r.reason}`))
+  const stateOf = (r: WorkerReadiness) => (r.reason === undefined ? r.state : `${r.state}: ${r.reason}`)
 
   /**
    * Runs `work` until the request's deadline (the queue timeout after `submittedAt`); past it,
@@ -156,10 +156,8 @@ export const make = Effect.gen(function*() {
       waiter,
       submittedAt,
       work,
-      Effect.flatMap(worker.readiness, (r) =>
-        r.state === "ready"
-          ? Effect.succeed("preparing the prompt (the engine is ready)")
-          : Effect.map(engineState, (state) => `waiting for a ready engine (${state})`))
+      Effect.map(worker.readiness, (r) =>
+        r.state === "ready" ? "preparing the prompt (the engine is ready)" : `waiting for ${engineWait} (${stateOf(r)})`)
     )
 
   /**
@@ -182,7 +180,7 @@ export const make = Effect.gen(function*() {
         wait((next) => Effect.sync(() => void (waitingFor = next))),
         Effect.suspend(() =>
           waitingFor === engineWait
-            ? Effect.map(engineState, (state) => `waiting for ${waitingFor} (${state})`)
+            ? Effect.map(worker.readiness, (r) => `waiting for ${waitingFor} (${stateOf(r)})`)
             : Effect.succeed(`waiting for ${waitingFor}`)
         )
       ).pipe(Effect.ensuring(Effect.sync(() => queued--)))
