@@ -104,7 +104,11 @@ export const GenerateRequest = Schema.Struct({
   conversation: Schema.optional(Schema.String),
   /** The checkpoint the previous turn of this conversation ended with. */
   checkpoint: Schema.optional(Checkpoint),
-  maxTokens: Schema.Int,
+  /**
+   * Most tokens to generate. Absent: until the model stops or the admitted context is full (the
+   * context the rendered prompt leaves); a prompt that fills the context alone is refused.
+   */
+  maxTokens: Schema.optional(Schema.Int),
   sampling: Schema.optional(Sampling),
   /** Generation stops before any of these strings; the stop string is not returned. */
   stop: Schema.optional(Schema.Array(Schema.String)),
