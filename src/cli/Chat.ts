@@ -1,8 +1,9 @@
 /**
- * `nativegen chat [PROMPT]`: streams an answer from a running server. With a prompt, one turn;
- * without, an interactive session reading one user turn per line from stdin that keeps the
- * conversation: every turn sends the whole history with the same conversation id and the
- * previous turn's checkpoint, so the server reuses what its sequence already holds
+ * `nativegen chat [PROMPT]`: streams an answer from a running server. With a prompt, one turn.
+ * Without, a conversation: on a terminal an interactive session (ChatSession: line editing,
+ * history, commands, Ctrl-C stops an answer); from a pipe (or with `--json`) one user turn per
+ * line of stdin. Either way every turn sends the whole history with the same conversation id and
+ * the previous turn's checkpoint, so the server reuses what its sequence already holds
  * ("continuation"). `--json` prints one JSON event per line: the chunks, then the Done event
  * with usage (reuse kind included), timings and the checkpoint.
  */
@@ -13,14 +14,13 @@ import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import * as Ref from "effect/Ref"
 import * as Stream from "effect/Stream"
-import * as Crypto from "node:crypto"
 import * as Readline from "node:readline"
-import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
+import type * as ChatInput from "./ChatInput.js"
+import * as ChatSession from "./ChatSession.js"
+import { newConversation, turn } from "./ChatTurn.js"
 import * as Flags from "./Flags.js"
-import * as Format from "./Format.js"
 import * as Remote from "./Remote.js"
-import * as Terminal from "./Terminal.js"
 
 export const options = {
   socket: Flags.socket,
@@ -60,68 +60,14 @@ export interface ChatSettings {
   readonly prompt: Option.Option<string>
 }
 
-type Done = Extract<GenerateChunk, { readonly _tag: "Done" }>
-
-/** What a conversation holds between turns. */
-interface Conversation {
-  readonly id: string
-  readonly messages: ReadonlyArray<ChatMessage>
-  readonly checkpoint: Checkpoint | undefined
-}
-
-const newConversation = (settings: ChatSettings, id?: string): Conversation => ({
-  id: id ?? Option.getOrElse(settings.conversation, () => `cli-${Crypto.randomUUID()}`),
-  messages: Option.match(settings.system, { onNone: () => [], onSome: (content) => [{ role: "system", content }] }),
-  checkpoint: undefined
-})
-
-/** The request of the next turn: the full history, the conversation id and the last checkpoint. */
-export const nextRequest = (
-  conversation: Conversation,
-  user: string,
-  settings: Pick<ChatSettings, "maxTokens" | "temperature" | "seed">
-): GenerateRequest => ({
-  messages: [...conversation.messages, { role: "user", content: user }],
-  conversation: conversation.id,
-  ...(conversation.checkpoint === undefined ? {} : { checkpoint: conversation.checkpoint }),
+/** The settings of the command line flags, as a session's settings. */
+export const sessionSettings = (settings: ChatSettings): ChatInput.SessionSettings => ({
+  temperature: settings.temperature,
+  think: undefined,
+  system: Option.getOrUndefined(settings.system),
   maxTokens: settings.maxTokens,
-  sampling: {
-    temperature: settings.temperature,
-    ...Option.match(settings.seed, { onNone: () => ({}), onSome: (seed) => ({ seed }) })
-  }
+  seed: Option.getOrUndefined(settings.seed)
 })
-
-/** Runs one turn: streams and prints the answer; returns the conversation after it. */
-const turn = (provider: Provider["Type"], settings: ChatSettings, conversation: Conversation, user: string) =>
-  Effect.gen(function*() {
-    const request = nextRequest(conversation, user, settings)
-    const style = Terminal.stdoutStyle()
-    const thoughts: Format.ThoughtMode = settings.hideThoughts ? "hide" : "show"
-    const state = yield* Ref.make({ render: Format.initialChunkRenderState, answer: "", done: undefined as Done | undefined })
-    yield* provider.generate(request).pipe(
-      Stream.runForEach((chunk) =>
-        Effect.gen(function*() {
-          const current = yield* Ref.get(state)
-          const [output, render] = Format.renderChunk(current.render, chunk, { thoughts, style })
-          yield* Ref.set(state, {
-            render,
-            answer: chunk._tag === "Text" && chunk.channel === "answer" ? current.answer + chunk.text : current.answer,
-            done: chunk._tag === "Done" ? chunk : current.done
-          })
-          yield* settings.json ? Terminal.write(`${Format.jsonEvent(chunk, conversation.id)}\n`) : Terminal.write(output)
-        })
-      )
-    )
-    const { answer, done } = yield* Ref.get(state)
-    if (!settings.json && done !== undefined) {
-      yield* Terminal.writeError(`${Format.dim(Terminal.stderrStyle())(Format.doneSummary(done))}\n`)
-    }
-    return {
-      id: conversation.id,
-      messages: [...request.messages, { role: "assistant", content: answer }],
-      checkpoint: done?.checkpoint
-    } satisfies Conversation
-  })
 
 /** Lines of stdin, closed with the scope. */
 const stdinLines = Stream.unwrapScoped(
@@ -134,40 +80,43 @@ const stdinLines = Stream.unwrapScoped(
   )
 )
 
-const interactive = (provider: Provider["Type"], settings: ChatSettings) =>
+/** Standard input that is not a terminal (or `--json`): one user turn per line; `/new` starts a new conversation, `/exit` ends. */
+const lineByLine = (provider: Provider["Type"], settings: ChatSettings) =>
   Effect.gen(function*() {
-    const tty = process.stdin.isTTY === true && !settings.json
-    const prompt = tty ? Terminal.write(Format.bold(Terminal.stdoutStyle())("> ")) : Effect.void
-    if (tty) {
-      yield* Terminal.writeError(
-        `${Format.dim(Terminal.stderrStyle())("One turn per line; /new starts a new conversation, /exit or Ctrl-D ends.")}\n`
-      )
-    }
-    const conversation = yield* Ref.make(newConversation(settings))
-    yield* prompt
+    const options = sessionSettings(settings)
+    const conversation = yield* Ref.make(newConversation(Option.getOrUndefined(settings.conversation)))
     yield* stdinLines.pipe(
       Stream.map((line) => line.trim()),
       Stream.takeWhile((line) => line !== "/exit"),
       Stream.runForEach((line) =>
         Effect.gen(function*() {
           if (line === "/new") {
-            yield* Ref.set(conversation, newConversation(settings, `cli-${Crypto.randomUUID()}`))
+            yield* Ref.set(conversation, newConversation())
           } else if (line !== "") {
-            yield* Ref.set(conversation, yield* turn(provider, settings, yield* Ref.get(conversation), line))
+            yield* Ref.set(conversation, yield* turn(provider, settings, options, yield* Ref.get(conversation), line))
           }
-          yield* prompt
         })
       )
     )
-    if (tty) yield* Terminal.write("\n")
   })
 
 export const chat = (settings: ChatSettings) =>
   Effect.gen(function*() {
     const provider = yield* Provider
     yield* Option.match(settings.prompt, {
-      onNone: () => interactive(provider, settings),
-      onSome: (prompt) => Effect.asVoid(turn(provider, settings, newConversation(settings), prompt))
+      onNone: () =>
+        process.stdin.isTTY === true && process.stdout.isTTY === true && !settings.json
+          ? ChatSession.run(provider, {
+            hideThoughts: settings.hideThoughts,
+            settings: sessionSettings(settings),
+            conversation: Option.getOrUndefined(settings.conversation),
+            socket: settings.socket
+          })
+          : lineByLine(provider, settings),
+      onSome: (prompt) =>
+        Effect.asVoid(
+          turn(provider, settings, sessionSettings(settings), newConversation(Option.getOrUndefined(settings.conversation)), prompt)
+        )
     })
   }).pipe(Remote.withClient(settings.socket))
 

@@ -47,7 +47,7 @@ export const decide = (settings: DecideSettings) =>
     const provider = yield* Provider
     const result = yield* provider.decide({ prompt: settings.prompt, heads: settings.heads })
     if (settings.json) return yield* Console.log(JSON.stringify(encode(result), null, 2))
-    yield* Console.log(Format.decideTable(result))
+    yield* Console.log(Format.decideTable(result, Terminal.stdoutColumns()))
     yield* Terminal.writeError(`${Format.dim(Terminal.stderrStyle())(Format.decideFooter(result))}\n`)
   }).pipe(Remote.withClient(settings.socket))
 

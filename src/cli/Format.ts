@@ -7,6 +7,7 @@
 import * as Schema from "effect/Schema"
 import type { Channel, DecideResult, GenerateChunk, Readiness } from "../domain/Inference.js"
 import { GenerateChunk as GenerateChunkSchema } from "../domain/Inference.js"
+import * as Width from "./Width.js"
 
 // ---------------------------------------------------------------------------------------------
 // Style
@@ -79,17 +80,29 @@ export interface ProgressState {
 
 /**
  * One line of an import's progress: `tiny  [########............]  40%  297.6 KiB / 726.7 KiB  1.1 MiB/s`.
- * Without a known total the bar is left out.
+ * Without a known total the bar is left out. With `maxWidth` (the terminal's columns), the bar
+ * narrows (down to nothing) and then the line is cut with `…` so that it fits.
  */
-export const progressLine = (state: ProgressState, width = 24): string => {
+export const progressLine = (state: ProgressState, width = 24, maxWidth?: number): string => {
   const rate = formatRate(state.bytes, state.elapsedMillis)
-  if (state.total <= 0) return `${state.label}  ${formatBytes(state.bytes)}  ${rate}`
+  if (state.total <= 0) return fit(`${state.label}  ${formatBytes(state.bytes)}  ${rate}`, maxWidth)
   const fraction = Math.min(1, Math.max(0, state.bytes / state.total))
-  const filled = Math.round(fraction * width)
-  const bar = `[${"#".repeat(filled)}${".".repeat(width - filled)}]`
   const percent = `${Math.floor(fraction * 100)}%`.padStart(4)
-  return `${state.label}  ${bar} ${percent}  ${formatBytes(state.bytes)} / ${formatBytes(state.total)}  ${rate}`
+  const line = (barWidth: number) => {
+    const filled = Math.round(fraction * barWidth)
+    const bar = barWidth > 0 ? `[${"#".repeat(filled)}${".".repeat(barWidth - filled)}] ` : ""
+    return `${state.label}  ${bar}${percent}  ${formatBytes(state.bytes)} / ${formatBytes(state.total)}  ${rate}`
+  }
+  const full = line(width)
+  if (maxWidth === undefined) return full
+  const excess = Width.displayWidth(full) - maxWidth
+  if (excess <= 0) return full
+  // Below 4 columns a bar says nothing: leave it out.
+  const narrowed = width - excess >= 4 ? width - excess : 0
+  return fit(line(narrowed), maxWidth)
 }
+
+const fit = (line: string, maxWidth: number | undefined) => (maxWidth === undefined ? line : Width.truncate(line, maxWidth))
 
 // ---------------------------------------------------------------------------------------------
 // Chat
@@ -204,21 +217,41 @@ export const jsonEvent = (chunk: GenerateChunk, conversation?: string): string =
 // Tables
 // ---------------------------------------------------------------------------------------------
 
-/** Left-aligned columns (right-aligned where `right[i]`), two spaces apart, no trailing spaces. */
+/**
+ * Left-aligned columns (right-aligned where `right[i]`), two spaces apart, no trailing spaces,
+ * measured in display columns (wide characters 2, combining marks 0). With `maxWidth`, the widest
+ * columns give up columns first, down to `minColumn`, their cells cut with `…`; what is still too
+ * wide is cut at the end of the line, so the first (naming) columns stay readable and no line is
+ * wider than `maxWidth`.
+ */
+/** The narrowest a column is made before lines are cut at their end instead. */
+const minColumn = 12
+
 export const table = (
   header: ReadonlyArray<string>,
   rows: ReadonlyArray<ReadonlyArray<string>>,
-  right: ReadonlyArray<boolean> = []
+  right: ReadonlyArray<boolean> = [],
+  maxWidth?: number
 ): string => {
   const all = [header, ...rows]
-  const widths = header.map((_, i) => Math.max(...all.map((row) => (row[i] ?? "").length)))
+  const widths = header.map((_, i) => Math.max(...all.map((row) => Width.displayWidth(row[i] ?? ""))))
+  if (maxWidth !== undefined) {
+    let excess = widths.reduce((a, b) => a + b, 0) + 2 * (widths.length - 1) - maxWidth
+    while (excess > 0) {
+      const widest = widths.reduce((best, w, i) => (w > widths[best]! ? i : best), 0)
+      if (widths[widest]! <= minColumn) break
+      widths[widest]! -= 1
+      excess -= 1
+    }
+  }
   return all
-    .map((row) =>
-      widths
-        .map((width, i) => (right[i] === true ? (row[i] ?? "").padStart(width) : (row[i] ?? "").padEnd(width)))
+    .map((row) => {
+      const line = widths
+        .map((width, i) => Width.pad(Width.truncate(row[i] ?? "", width), width, right[i] === true))
         .join("  ")
         .trimEnd()
-    )
+      return maxWidth === undefined ? line : Width.truncate(line, maxWidth)
+    })
     .join("\n")
 }
 
@@ -227,7 +260,7 @@ export const formatProbability = (p: number): string =>
   p >= 0.001 || p === 0 ? `${(p * 100).toFixed(1)}%` : `${(p * 100).toPrecision(2)}%`
 
 /** The decision table: one row per label, heads in request order, labels by rank. */
-export const decideTable = (result: DecideResult): string =>
+export const decideTable = (result: DecideResult, maxWidth?: number): string =>
   table(
     ["head", "label", "probability", "rank", "log-likelihood"],
     result.heads.flatMap((head) =>
@@ -241,7 +274,8 @@ export const decideTable = (result: DecideResult): string =>
           label.logLikelihood.toFixed(3)
         ])
     ),
-    [false, false, true, true, true]
+    [false, false, true, true, true],
+    maxWidth
   )
 
 export const decideFooter = (result: DecideResult): string =>
@@ -272,7 +306,8 @@ export const readinessLine = (readiness: Readiness): string => {
 export const readinessSummary = (
   readiness: Readiness,
   style: Style,
-  names: ReadonlyMap<string, string> = new Map()
+  names: ReadonlyMap<string, string> = new Map(),
+  maxWidth?: number
 ): string => {
   const lines: Array<string> = []
   const engine = readiness.engine
@@ -313,7 +348,8 @@ export const readinessSummary = (
         role.limitedBy ?? "-",
         role.manifestDigest === null ? "-" : shortDigest(role.manifestDigest)
       ]),
-      [false, false, true, true, true, false, false]
+      [false, false, true, true, true, false, false],
+      maxWidth
     ))
   }
   if (readiness.recoveryActions.length > 0) {
@@ -323,7 +359,7 @@ export const readinessSummary = (
       lines.push(`  ${action.at}  ${action.kind}: ${action.reason} -> ${action.outcome}`)
     }
   }
-  return lines.join("\n")
+  return Width.fitLines(lines.join("\n"), maxWidth)
 }
 
 /** `sha256:7db657ca956e` from a full digest. */

@@ -40,7 +40,7 @@ export const status = (settings: { readonly socket: string; readonly json: boole
       Effect.map((listing) => new Map(listing.active.map((m) => [m.manifestDigest as string, m.model]))),
       Effect.orElseSucceed(() => new Map<string, string>())
     )
-    yield* Console.log(Format.readinessSummary(readiness, Terminal.stdoutStyle(), names))
+    yield* Console.log(Format.readinessSummary(readiness, Terminal.stdoutStyle(), names, Terminal.stdoutColumns()))
   }).pipe(Remote.withClient(settings.socket))
 
 export const command = Command.make("status", options, status).pipe(

@@ -13,9 +13,12 @@ import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
 import * as Logger from "effect/Logger"
 import * as LogLevel from "effect/LogLevel"
+import * as Option from "effect/Option"
 import * as Net from "node:net"
-import type { Activation, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
+import type { Readiness } from "../domain/Inference.js"
+import type { Activation, Deactivation, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
 import * as Client from "../rpc/Client.js"
+import { Provider } from "../services/Provider.js"
 import * as Store from "../services/Store.js"
 import * as Serve from "./Serve.js"
 import * as Terminal from "./Terminal.js"
@@ -34,7 +37,10 @@ export interface StoreAccess {
     manifest: string,
     options: { readonly device?: string; readonly allowRollback?: boolean }
   ) => Effect.Effect<Activation, Client.RemoteStoreError>
+  readonly deactivate: (model: string, options: { readonly device?: string }) => Effect.Effect<Deactivation, Client.RemoteStoreError>
   readonly reap: (options: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, Client.RemoteStoreError>
+  /** The server's readiness (what it has loaded); none when working directly (no server runs). */
+  readonly readiness: Effect.Effect<Option.Option<Readiness>>
 }
 
 export const modeLine = (mode: Mode): string =>
@@ -60,12 +66,14 @@ const listening = (socketPath: string): Effect.Effect<boolean> =>
     return Effect.sync(() => socket.destroy())
   })
 
-const remoteAccess = (remote: Client.RemoteStore["Type"]): StoreAccess => ({
+const remoteAccess = (remote: Client.RemoteStore["Type"], provider: Provider["Type"]): StoreAccess => ({
   mode: { _tag: "Server", socketPath: remote.socketPath },
   list: remote.list,
   verify: remote.verify,
   activate: remote.activate,
-  reap: remote.reap
+  deactivate: remote.deactivate,
+  reap: remote.reap,
+  readiness: Effect.map(provider.readiness, Option.some)
 })
 
 const directAccess = (store: Store.Store["Type"], socketPath: string): StoreAccess => ({
@@ -73,7 +81,9 @@ const directAccess = (store: Store.Store["Type"], socketPath: string): StoreAcce
   list: store.list,
   verify: (digest) => Effect.map(store.verify(digest), ({ digest, path, size }) => ({ digest, path, size })),
   activate: store.activate,
-  reap: store.reap
+  deactivate: store.deactivate,
+  reap: store.reap,
+  readiness: Effect.succeed(Option.none())
 })
 
 const stderrLogger = Logger.prettyLogger({ stderr: true })
@@ -97,7 +107,7 @@ export const withStore = (settings: Serve.StoreSettings & { readonly socket: str
   Effect.scoped(Effect.gen(function*() {
     const connected = yield* Effect.either(Layer.build(Client.layer({ socketPath: settings.socket })))
     if (Either.isRight(connected)) {
-      const access = remoteAccess(Context.get(connected.right, Client.RemoteStore))
+      const access = remoteAccess(Context.get(connected.right, Client.RemoteStore), Context.get(connected.right, Provider))
       yield* Terminal.writeError(`${modeLine(access.mode)}\n`)
       return yield* use(access)
     }

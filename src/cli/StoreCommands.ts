@@ -1,9 +1,10 @@
 /**
- * `nativegen store import|list|verify|activate|reap`: the model store. `import` goes through a
+ * `nativegen store import|list|verify|activate|rm|reap`: the model store (`list`, `ls` and `rm`
+ * also at the top level). `import` goes through a
  * running server's RPC client: it sends a signed manifest and the absolute path of a model file
  * on this machine; the server verifies the manifest before copying, and the copy's progress is
  * drawn as a bar with bytes and rate (redrawn in place on a terminal, every tenth otherwise).
- * `list`, `verify`, `activate` and `reap` use the server when one listens on the socket, and
+ * `list`, `verify`, `activate`, `rm` and `reap` use the server when one listens on the socket, and
  * otherwise work directly on the store (StoreAccess), saying on stderr which they did.
  */
 import * as Args from "@effect/cli/Args"
@@ -18,7 +19,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
-import { Activation, ImportEvent, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
+import { Activation, Deactivation, ImportEvent, Listing, ReapReport, VerifiedBlob } from "../rpc/Api.js"
 import { CliFileError, reasonOf } from "./CliError.js"
 import * as Flags from "./Flags.js"
 import * as Format from "./Format.js"
@@ -78,7 +79,7 @@ const showEvent = (view: Ref.Ref<ImportView>, event: ImportEvent, tty: boolean) 
           bytes: event.bytes,
           total: event.total,
           elapsedMillis: event.bytesPerSecond > 0 ? (event.bytes / event.bytesPerSecond) * 1000 : Date.now() - current.started
-        })
+        }, 24, Terminal.stderrColumns())
         if (tty) {
           yield* Ref.update(view, (v) => ({ ...v, drawn: true }))
           return yield* Terminal.writeError(`\r${line}\x1b[K`)
@@ -133,7 +134,7 @@ const importCommand = Command.make(
 const encodeListing = Schema.encodeSync(Listing)
 
 /** The listing as tables: the active models, the activations passed over (when any), then the blobs. */
-export const listingText = (listing: Listing): string => {
+export const listingText = (listing: Listing, maxWidth?: number): string => {
   const active = listing.active.length === 0
     ? "no active models"
     : Format.table(
@@ -147,36 +148,41 @@ export const listingText = (listing: Listing): string => {
         m.keyId,
         m.activatedAt
       ]),
-      [false, false, true]
+      [false, false, true],
+      maxWidth
     )
   const blobs = listing.blobs.length === 0
     ? "no blobs"
     : Format.table(
       ["blob", "size", "referenced", "leased"],
       listing.blobs.map((b) => [b.digest, Format.formatBytes(b.size), b.referenced ? "yes" : "no", b.leased ? "yes" : "no"]),
-      [false, true]
+      [false, true],
+      maxWidth
     )
   const passedOver = listing.passedOver.length === 0
     ? []
     : [Format.table(
       ["passed over", "model", "revision", "device", "journal line", "why"],
       listing.passedOver.map((p) => [p.role, p.model, String(p.revision), p.device, String(p.journalLine), p.reason]),
-      [false, false, true, false, true]
+      [false, false, true, false, true],
+      maxWidth
     )]
   return [active, ...passedOver, blobs].join("\n\n")
 }
 
-const list = Command.make("list", { socket: Flags.socket, json: Flags.json, ...storeFlags }, (settings) =>
-  withStore(settings)((store) =>
-    Effect.gen(function*() {
-      const listing = yield* store.list
-      yield* Console.log(settings.json ? JSON.stringify(encodeListing(listing), null, 2) : listingText(listing))
-    })
-  )).pipe(
-    Command.withDescription(
-      "List the active models, the activations passed over and why, and the blobs (directly on the store when no server runs)"
+/** `store list`, and the same command as `nativegen list` and `nativegen ls`. */
+export const listCommand = (name: string) =>
+  Command.make(name, { socket: Flags.socket, json: Flags.json, ...storeFlags }, (settings) =>
+    withStore(settings)((store) =>
+      Effect.gen(function*() {
+        const listing = yield* store.list
+        yield* Console.log(settings.json ? JSON.stringify(encodeListing(listing), null, 2) : listingText(listing, Terminal.stdoutColumns()))
+      })
+    )).pipe(
+      Command.withDescription(
+        "List the active models, the activations passed over and why, and the blobs (directly on the store when no server runs)"
+      )
     )
-  )
 
 const encodeVerified = Schema.encodeSync(VerifiedBlob)
 
@@ -252,7 +258,57 @@ const reap = Command.make(
     )
 ).pipe(Command.withDescription("Remove blobs no active manifest names and no process holds"))
 
+const encodeDeactivation = Schema.encodeSync(Deactivation)
+
+/** What `store rm` prints: what was removed, what reaping may now collect, and what a running server keeps. */
+export const deactivationText = (removed: Deactivation, loadedByServer: boolean): string =>
+  [
+    `removed ${removed.model} revision ${removed.revision} (${removed.roles.join(", ")}) on ${removed.device}: manifest ${removed.manifestDigest}`,
+    removed.collectable.length === 0
+      ? "no blob to collect (another active model names them)"
+      : `collectable by \`nativegen store reap\`: ${removed.collectable.join(", ")}`,
+    ...(loadedByServer ? ["the running server keeps it loaded, and its lease on the blobs, until it restarts"] : [])
+  ].join("\n")
+
+/** `store rm NAME`, and the same command as `nativegen rm NAME`. */
+export const rmCommand = (name: string) =>
+  Command.make(
+    name,
+    {
+      socket: Flags.socket,
+      json: Flags.json,
+      device: Options.text("device").pipe(
+        Options.withDescription("Device to deactivate on (default: the store's device)"),
+        Options.optional
+      ),
+      ...storeFlags,
+      model: Args.text({ name: "model" }).pipe(Args.withDescription("The model's name, as `list` shows it"))
+    },
+    (settings) =>
+      withStore(settings)((store) =>
+        Effect.gen(function*() {
+          const removed = yield* store.deactivate(
+            settings.model,
+            Option.match(settings.device, { onNone: () => ({}), onSome: (device) => ({ device }) })
+          )
+          const loadedByServer = Option.exists(
+            yield* store.readiness,
+            (readiness) => readiness.roles.some((role) => role.manifestDigest === removed.manifestDigest)
+          )
+          yield* Console.log(
+            settings.json
+              ? JSON.stringify({ ...encodeDeactivation(removed), loadedByServer })
+              : deactivationText(removed, loadedByServer)
+          )
+        })
+      )
+  ).pipe(
+    Command.withDescription(
+      "Deactivate a model in every role it is active in; its blobs become collectable by `store reap` (a running server keeps what it loaded until it restarts)"
+    )
+  )
+
 export const command = Command.make("store").pipe(
   Command.withDescription("The model store: through a running server, or directly when none runs (import needs the server)"),
-  Command.withSubcommands([importCommand, list, verify, activate, reap])
+  Command.withSubcommands([importCommand, listCommand("list"), verify, activate, rmCommand("rm"), reap])
 )

@@ -1,6 +1,6 @@
 /**
  * The command line's terminal: raw writes to stdout and stderr (streamed text has no line
- * breaks of its own), their styles, and a Console that drops ANSI escapes where colour is off
+ * breaks of its own), their styles and widths, and a Console that drops ANSI escapes where colour is off
  * (@effect/cli always styles its help and error text).
  */
 import * as Console from "effect/Console"
@@ -9,6 +9,10 @@ import { type Style, styleFor } from "./Format.js"
 
 export const stdoutStyle = (): Style => styleFor(process.stdout.isTTY === true)
 export const stderrStyle = (): Style => styleFor(process.stderr.isTTY === true)
+
+/** The terminal's width in columns; undefined when the stream is not a terminal (output is then never cut). */
+export const stdoutColumns = (): number | undefined => (process.stdout.isTTY === true ? process.stdout.columns : undefined)
+export const stderrColumns = (): number | undefined => (process.stderr.isTTY === true ? process.stderr.columns : undefined)
 
 export const write = (text: string): Effect.Effect<void> =>
   text === "" ? Effect.void : Effect.sync(() => void process.stdout.write(text))

@@ -1,8 +1,8 @@
 /**
  * The `nativegen` command line: `serve` runs the runtime and its socket server in the foreground;
- * `chat`, `decide`, `status` and `store` talk to a running server through the RPC client (the
- * `store` commands but `import` work directly on the store when no server runs); `keys` works
- * locally. Every failure ends with one line on stderr and a non-zero exit code.
+ * `chat`, `decide`, `status`, `ps`, `show` and `store` (with `list`/`ls` and `rm` also at the top
+ * level) talk to a running server through the RPC client (`show` and the `store` commands but
+ * `import` work directly on the store when no server runs); `keys` works locally. Every failure ends with one line on stderr and a non-zero exit code.
  */
 import * as CliConfig from "@effect/cli/CliConfig"
 import * as Command from "@effect/cli/Command"
@@ -18,7 +18,9 @@ import * as CliError from "./CliError.js"
 import * as Chat from "./Chat.js"
 import * as Decide from "./Decide.js"
 import * as Keys from "./Keys.js"
+import * as Ps from "./Ps.js"
 import * as Serve from "./Serve.js"
+import * as Show from "./Show.js"
 import * as Status from "./Status.js"
 import * as StoreCommands from "./StoreCommands.js"
 import * as Terminal from "./Terminal.js"
@@ -30,7 +32,12 @@ export const nativegen = Command.make("nativegen").pipe(
     Chat.command,
     Decide.command,
     Status.command,
+    Show.command,
+    Ps.command,
     StoreCommands.command,
+    StoreCommands.listCommand("list"),
+    StoreCommands.listCommand("ls"),
+    StoreCommands.rmCommand("rm"),
     Keys.command
   ])
 )

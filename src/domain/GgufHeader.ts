@@ -1,7 +1,9 @@
 /**
  * A GGUF header reader for the host (which never loads node-llama-cpp): magic, version, tensor
- * and key-value counts, `general.architecture`, the scalar metadata values, the parameter count,
- * and every tensor's data range checked to lie within the file. The store runs it before a model is activated, so a file that cannot be a
+ * and key-value counts, `general.architecture`, the scalar metadata (strings, numbers, booleans:
+ * file type, trained context, chat template, license, ...), the parameter count, the elements per
+ * tensor type and
+ * every tensor's data range checked to lie within the file. The store runs it before a model is activated, so a file that cannot be a
  * model llama.cpp loads is refused at import instead of at the next start. It reads the header
  * only (through `readAt`, in windows), never the tensor data, and every count and length in the
  * header is bounded by the file's size before anything is allocated for it.
@@ -33,6 +35,8 @@ export interface GgufHeader {
   readonly dataOffset: number
   /** The end of the last tensor's bytes (at most the file size). */
   readonly dataEnd: number
+  /** Elements per tensor type name (`F16`, `Q8_0`, ...). */
+  readonly elementsByType: ReadonlyMap<string, number>
 }
 
 /** Why a file is not a GGUF model llama.cpp could load; `offset` is where reading stopped. */
@@ -105,6 +109,15 @@ class Cursor {
     const start = this.position - this.windowStart
     this.position += length
     return this.window.subarray(start, start + length)
+  }
+
+  u8(what: string): number {
+    return this.bytes(1, what)[0]!
+  }
+
+  u16(what: string): number {
+    const b = this.bytes(2, what)
+    return b[0]! | (b[1]! << 8)
   }
 
   u32(what: string): number {
@@ -239,8 +252,9 @@ export const read = (
     if (architecture === undefined) cursor.fail("no general.architecture")
     if (architecture === "") cursor.fail("general.architecture is empty")
     const tensors: Array<{ readonly name: string; readonly offset: number; readonly bytes: number }> = []
-    const names = new Set<string>()
+    const elementsByType = new Map<string, number>()
     let parameterCount = 0
+    const names = new Set<string>()
     for (let i = 0; i < tensorCount; i++) {
       const name = cursor.string(`the name of tensor ${i}`)
       if (names.has(name)) cursor.fail(`duplicate tensor ${quote(name)}`)
@@ -261,8 +275,9 @@ export const read = (
       if (!Number.isSafeInteger(bytes) || bytes > size) cursor.fail(`tensor ${quote(name)} of shape [${shape.join(", ")}] cannot fit in the file`)
       const offset = cursor.u64(`the offset of ${quote(name)}`)
       if (offset % alignment !== 0) cursor.fail(`tensor ${quote(name)} has offset ${offset}, not a multiple of the alignment ${alignment}`)
-      parameterCount += elements
       tensors.push({ name, offset, bytes })
+      parameterCount += elements
+      elementsByType.set(typeName, (elementsByType.get(typeName) ?? 0) + elements)
     }
     const dataOffset = Math.ceil(cursor.position / alignment) * alignment
     let dataEnd = dataOffset
@@ -276,7 +291,18 @@ export const read = (
       }
       dataEnd = Math.max(dataEnd, end)
     }
-    return Either.right({ version, tensorCount, kvCount, architecture, alignment, metadata, parameterCount, dataOffset, dataEnd })
+    return Either.right({
+      version,
+      tensorCount,
+      kvCount,
+      architecture,
+      alignment,
+      dataOffset,
+      dataEnd,
+      metadata,
+      parameterCount,
+      elementsByType
+    })
   } catch (e) {
     if (e instanceof Defect) return Either.left({ reason: e.reason, offset: e.offset })
     throw e

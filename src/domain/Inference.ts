@@ -104,7 +104,11 @@ export const GenerateRequest = Schema.Struct({
   conversation: Schema.optional(Schema.String),
   /** The checkpoint the previous turn of this conversation ended with. */
   checkpoint: Schema.optional(Checkpoint),
-  maxTokens: Schema.Int,
+  /**
+   * Most tokens to generate. Absent: until the model stops or the admitted context is full (the
+   * context the rendered prompt leaves); a prompt that fills the context alone is refused.
+   */
+  maxTokens: Schema.optional(Schema.Int),
   sampling: Schema.optional(Sampling),
   /** Generation stops before any of these strings; the stop string is not returned. */
   stop: Schema.optional(Schema.Array(Schema.String)),
@@ -333,8 +337,10 @@ export const Readiness = Schema.Struct({
     chargedBytes: Schema.Number,
     freeBytes: Schema.Number,
     waiting: Schema.Int,
-    /** What the charge is made of: resident weights, KV caches, request workspace (bytes). */
-    byKind: Schema.optional(Schema.Struct({ weights: Schema.Number, kv: Schema.Number, workspace: Schema.Number }))
+    /** The charged bytes by kind: resident weights, KV caches (with what measurement added), request workspace. */
+    weightsBytes: Schema.Number,
+    kvBytes: Schema.Number,
+    workspaceBytes: Schema.Number
   })),
   roles: Schema.Array(Schema.Struct({
     role: Role,
@@ -346,7 +352,10 @@ export const Readiness = Schema.Struct({
     admittedContext: Schema.NullOr(Schema.Int),
     contextCap: Schema.NullOr(Schema.Int),
     /** Why the admitted context is below the cap, when it is. */
-    limitedBy: Schema.NullOr(Schema.Literal("cap", "trainedContext", "budget"))
+    limitedBy: Schema.NullOr(Schema.Literal("cap", "trainedContext", "budget")),
+    /** Bytes charged for the role's weights and for its context (KV cache and compute buffers) at admission. */
+    weightsBytes: Schema.NullOr(Schema.Number),
+    kvBytes: Schema.NullOr(Schema.Number)
   })),
   scheduler: Schema.Struct({
     running: Schema.Int,

@@ -115,7 +115,10 @@ export const ValidGenerateRequest = GenerateRequest.pipe(Schema.filter(rules<Gen
   (r) => (r.prompt === undefined ? someMessages(["messages"], r.messages) : plainPrompt(r)),
   (r) => messageRoles(["messages"], r.messages),
   (r) => toolRules(r.tools),
-  (r) => (Number.isSafeInteger(r.maxTokens) && r.maxTokens > 0 ? undefined : broken(["maxTokens"], "must be a positive integer")),
+  (r) =>
+    r.maxTokens === undefined || (Number.isSafeInteger(r.maxTokens) && r.maxTokens > 0)
+      ? undefined
+      : broken(["maxTokens"], "must be a positive integer"),
   (r) =>
     (r.stop?.length ?? 0) > MAX_STOP_STRINGS ? broken(["stop"], `at most ${MAX_STOP_STRINGS} stop strings`) : undefined,
   (r) => (r.stop?.some((s) => s.length === 0) ? broken(["stop"], "a stop string must not be empty") : undefined),

@@ -1,5 +1,5 @@
 /**
- * What the model store answers, declared once: an activation, the active models with their
+ * What the model store answers, declared once: an activation, a deactivation, the active models with their
  * artifacts, activations passed over, a listing, a verified blob and a reap report. The Store
  * service's result types are these Schemas' types, and the public RPC group sends them as they are
  * (digests and key ids stay branded, manifests stay `Manifest`).
@@ -26,6 +26,24 @@ export const Activation = Schema.Struct({
   alreadyActive: Schema.Boolean
 })
 export type Activation = typeof Activation.Type
+
+/**
+ * The result of a deactivation (`store rm`): the model's activations on the device are hidden
+ * from then on, in every role they had; its blobs are kept only while something else names them
+ * or a lease holds them (a running server keeps the lease of what it loaded until it restarts).
+ */
+export const Deactivation = Schema.Struct({
+  model: Schema.String,
+  device: Schema.String,
+  /** The revision and manifest that were active. */
+  revision: Schema.Int,
+  manifestDigest: Digest,
+  /** The roles its hidden activations had. */
+  roles: Schema.Array(Role),
+  /** The blobs no other active manifest names: reaping may now remove them (when no lease holds them). */
+  collectable: Schema.Array(Digest)
+})
+export type Deactivation = typeof Deactivation.Type
 
 /** An artifact of an active manifest, with where it lives. */
 export const ActiveArtifact = Schema.Struct({

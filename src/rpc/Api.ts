@@ -1,6 +1,6 @@
 /**
  * The public RPC group: the Provider (Generate as a stream, Decide, Prepare, Count, Tokenize,
- * Readiness and its changes) and the model store (list, import with progress, verify, activate, reap). Payloads
+ * Readiness and its changes) and the model store (list, import with progress, verify, activate, deactivate, reap). Payloads
  * and results are the domain Schemas, the store's results those of src/domain/StoreResults.ts
  * (re-exported here for the client and the CLI); only the import's request and events are declared here.
  * Every RPC's error schema includes the RPC layer's own errors (`RpcLayerError`: the server's
@@ -24,12 +24,21 @@ import {
   TokenizeResult
 } from "../domain/Inference.js"
 import { Role } from "../domain/Manifest.js"
-import { Activation, Listing, ReapReport, VerifiedBlob } from "../domain/StoreResults.js"
+import { Activation, Deactivation, Listing, ReapReport, VerifiedBlob } from "../domain/StoreResults.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { StoreError } from "../services/StoreError.js"
 import { RpcLayerError } from "./RpcError.js"
 
-export { Activation, ActiveArtifact, ActiveModel, Listing, PassedOver, ReapReport, VerifiedBlob } from "../domain/StoreResults.js"
+export {
+  Activation,
+  ActiveArtifact,
+  ActiveModel,
+  Deactivation,
+  Listing,
+  PassedOver,
+  ReapReport,
+  VerifiedBlob
+} from "../domain/StoreResults.js"
 
 /** Activation options: the device (default: the server store's) and whether an older revision may replace a newer one. */
 export const ActivateOptions = {
@@ -89,6 +98,12 @@ export class NativegenRpcs extends RpcGroup.make(
   Rpc.make("StoreActivate", {
     payload: { manifest: Schema.String, ...ActivateOptions },
     success: Activation,
+    error: StoreRpcError
+  }),
+  /** Deactivates a model on a device (default: the server store's); the server keeps what it loaded until it restarts. */
+  Rpc.make("StoreDeactivate", {
+    payload: { model: Schema.String, device: Schema.optional(Schema.String) },
+    success: Deactivation,
     error: StoreRpcError
   }),
   Rpc.make("StoreReap", {

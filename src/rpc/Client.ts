@@ -32,7 +32,7 @@ import type { Readiness } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import { InvalidRequest, type ProviderError } from "../services/ProviderError.js"
 import type { StoreError } from "../services/StoreError.js"
-import type { Activation, ImportEvent, ImportRequest, Listing, ReapReport, VerifiedBlob } from "./Api.js"
+import type { Activation, Deactivation, ImportEvent, ImportRequest, Listing, ReapReport, VerifiedBlob } from "./Api.js"
 import { NativegenRpcs } from "./Api.js"
 import * as ClientProtocol from "./ClientProtocol.js"
 import { ConnectError, RemoteUnavailable, type RpcLayerError, type RpcLimitError } from "./RpcError.js"
@@ -60,6 +60,8 @@ export class RemoteStore extends Context.Tag("nativegen/RemoteStore")<RemoteStor
     manifest: string,
     options?: { readonly device?: string; readonly allowRollback?: boolean }
   ) => Effect.Effect<Activation, RemoteStoreError>
+  /** Deactivates a model on a device (default: the server's); the server keeps what it loaded until it restarts. */
+  readonly deactivate: (model: string, options?: { readonly device?: string }) => Effect.Effect<Deactivation, RemoteStoreError>
   /** Removes unreferenced, unleased blobs older than the grace (default: the server's). */
   readonly reap: (options?: { readonly grace?: Duration.DurationInput }) => Effect.Effect<ReapReport, RemoteStoreError>
 }>() {}
@@ -208,6 +210,7 @@ const makeRemoteStore = (client: NativegenClient, socketPath: string): RemoteSto
     import: (request) => client.StoreImport(request).pipe(Stream.mapError(toError), failStreamInterruption(interrupted)),
     verify: (digest) => call(client.StoreVerify({ digest })),
     activate: (manifest, options) => call(client.StoreActivate({ manifest, ...options })),
+    deactivate: (model, options) => call(client.StoreDeactivate({ model, ...options })),
     reap: (options) =>
       call(client.StoreReap(options?.grace === undefined ? {} : { graceMillis: Math.round(Duration.toMillis(options.grace)) }))
   })

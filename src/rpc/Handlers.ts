@@ -107,6 +107,7 @@ export const layer = NativegenRpcs.toLayer(Effect.gen(function*() {
     StoreVerify: ({ digest }) =>
       Effect.map(store.verify(digest), (blob) => ({ digest: blob.digest, path: blob.path, size: blob.size })),
     StoreActivate: (request) => store.activate(request.manifest, activateOptions(request)),
+    StoreDeactivate: ({ device, model }) => store.deactivate(model, device === undefined ? {} : { device }),
     StoreReap: ({ graceMillis }) => store.reap(graceMillis === undefined ? {} : { grace: Duration.millis(graceMillis) })
   }
 }))

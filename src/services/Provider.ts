@@ -1,10 +1,12 @@
 /**
  * Provider: the public Effect API of the runtime. Embedders, the RPC server and the command line
  * call only this. `generate` streams channel-tagged text and ends with usage, timings, the stop
- * reason and a checkpoint; `decide` scores labels on the decision model; `count` gives exact token
- * counts through the chat template and `tokenize` the tokens themselves; `prepare` prefills a
- * conversation's expected prompt while the engine is idle; `readiness` reports the engine, the
- * device budget and the admitted contexts.
+ * reason and a checkpoint (without maxTokens it runs until the model stops or the context is
+ * full); `decide` scores labels on the decision model; `count` gives exact token counts through
+ * the chat template and `tokenize` the tokens themselves; `prepare` prefills a conversation's
+ * expected prompt while the engine is idle; `readiness` reports the engine, the device budget and
+ * the admitted contexts. Whatever waits for the engine before a request is queued (rendering and
+ * tokenizing its prompt) counts against its queue timeout (Scheduler.beforeQueue).
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -164,6 +166,14 @@ export const make = Effect.gen(function*() {
     ready.models.find((m) => m.role === "generation")?.specialTokens ??
       { thinkOpen: null, thinkClose: null, toolOpen: null, toolClose: null }
 
+  /**
+   * The output budget of a request that gives none: what the admitted generation context leaves
+   * after the prompt, and at least one token (so a prompt that fills the context alone is refused
+   * with the numbers: its tokens, one output token, the context).
+   */
+  const restOfContext = (promptTokens: number) =>
+    Effect.map(admission.contextOf("generation"), (context) => Math.max(1, context - promptTokens))
+
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
@@ -171,15 +181,14 @@ export const make = Effect.gen(function*() {
         yield* validateGenerate(request)
         const jsonSchema = request.responseFormat === undefined ? undefined : yield* jsonSchemaOf(request.responseFormat)
         const conversation = conversationOf(request)
-        const { continued, tokens: prompt } = yield* promptOf(request)
-        yield* admission.checkTokens("generation", prompt.length, request.maxTokens)
+        const lane = request.lane ?? "foreground"
+        // Rendering waits for a ready engine: it counts against the request's queue timeout.
+        const { continued, tokens: prompt } = yield* scheduler.beforeQueue(lane, submitted, promptOf(request))
+        const maxTokens = request.maxTokens ?? (yield* restOfContext(prompt.length))
+        yield* admission.checkTokens("generation", prompt.length, maxTokens)
         const label = `generate-${Crypto.randomUUID().slice(0, 8)}`
         yield* preempt(conversation)
-        const grant = yield* scheduler.generation({
-          lane: request.lane ?? "foreground",
-          label,
-          conversation
-        })
+        const grant = yield* scheduler.generation({ lane, label, conversation, submittedAt: submitted })
         const attached = conversation === undefined ? "absent" : yield* conversations.attach(conversation, grant.slot, grant.evicted)
         const wasPrepared = conversation !== undefined && prepared.delete(conversation)
         const generatedTokens: Array<number> = []
@@ -201,10 +210,10 @@ export const make = Effect.gen(function*() {
 
         const steps = worker.generate({
           prompt,
-          maxTokens: request.maxTokens,
+          maxTokens,
           sampling: request.sampling ?? { temperature: 0 },
           sequence: grant.slot,
-          lane: request.lane ?? "foreground",
+          lane,
           confidence: request.probabilities,
           ...(topProbabilities > 0 ? { topProbabilities } : {}),
           // A continuation keeps everything (its history was decoded token by token, which no
@@ -295,15 +304,24 @@ export const make = Effect.gen(function*() {
     Effect.scoped(Effect.gen(function*() {
       const submitted = yield* Clock.currentTimeMillis
       yield* validateDecide(request)
-      const prompt = typeof request.prompt === "string"
-        ? yield* worker.tokenize("decision", request.prompt)
-        : yield* worker.render("decision", request.prompt)
+      const { labelTokens, prompt } = yield* scheduler.beforeQueue(
+        "decision",
+        submitted,
+        Effect.all({
+          prompt: typeof request.prompt === "string"
+            ? worker.tokenize("decision", request.prompt)
+            : worker.render("decision", request.prompt),
+          labelTokens: Effect.forEach(
+            new Set(request.heads.flatMap((h) => h.labels)),
+            (label) => worker.tokenize("decision", label),
+            { concurrency: "unbounded" }
+          )
+        })
+      )
       // The exact budget, as for generations: the prompt and the longest label must fit the
       // admitted context, checked here with the numbers before anything is queued or scored.
-      const labels = new Set(request.heads.flatMap((h) => h.labels))
-      const labelTokens = yield* Effect.forEach(labels, (label) => worker.tokenize("decision", label), { concurrency: "unbounded" })
       yield* admission.checkTokens("decision", prompt.length, Math.max(0, ...labelTokens.map((t) => t.length)))
-      const { queuedMillis } = yield* scheduler.decision(`decide-${Crypto.randomUUID().slice(0, 8)}`, request.heads.length)
+      const { queuedMillis } = yield* scheduler.decision(`decide-${Crypto.randomUUID().slice(0, 8)}`, request.heads.length, submitted)
       const heads = yield* worker.score(prompt, request.heads)
       const now = yield* Clock.currentTimeMillis
       return {
@@ -317,18 +335,27 @@ export const make = Effect.gen(function*() {
       } satisfies DecideResult
     }))
 
-  const tokenize = (request: TokenizeRequest) =>
+  /** Tokenizes for `tokenize` or `count` (the name a QueueTimeout gives the call). */
+  const tokenizeFor = (call: "tokenize" | "count", request: TokenizeRequest) =>
     Effect.gen(function*() {
+      const submitted = yield* Clock.currentTimeMillis
       const role = request.role ?? "generation"
       yield* validateCount(request)
-      const tokens = request.messages !== undefined
-        ? yield* worker.render(role, request.messages)
-        : yield* worker.tokenize(role, request.text ?? "")
+      const tokens = yield* scheduler.beforeQueue(
+        call,
+        submitted,
+        request.messages !== undefined ? worker.render(role, request.messages) : worker.tokenize(role, request.text ?? "")
+      )
       return { role, tokens, admittedContext: yield* admission.contextOf(role) } satisfies TokenizeResult
     })
 
+  const tokenize = (request: TokenizeRequest) => tokenizeFor("tokenize", request)
+
   const count = (request: CountRequest) =>
-    Effect.map(tokenize(request), ({ admittedContext, role, tokens }) => ({ role, tokens: tokens.length, admittedContext }) satisfies CountResult)
+    Effect.map(
+      tokenizeFor("count", request),
+      ({ admittedContext, role, tokens }) => ({ role, tokens: tokens.length, admittedContext }) satisfies CountResult
+    )
 
   /**
    * Prefills a conversation's expected prompt (standing prefix and history, without the assistant
@@ -338,10 +365,11 @@ export const make = Effect.gen(function*() {
    */
   const prepare = (request: PrepareRequest): Effect.Effect<PrepareResult, ProviderError> =>
     Effect.gen(function*() {
+      const submitted = yield* Clock.currentTimeMillis
       yield* validatePrepare(request)
       const conversation = request.conversation
       const messages = [...request.prefix, ...request.history]
-      const rendered = yield* worker.render("generation", messages, false)
+      const rendered = yield* scheduler.beforeQueue("preparation", submitted, worker.render("generation", messages, false))
       const chunk = prefillChunk
       const tokens = rendered.slice(0, Math.floor(rendered.length / chunk) * chunk)
       let done = 0
@@ -355,7 +383,7 @@ export const make = Effect.gen(function*() {
       yield* admission.checkTokens("generation", tokens.length, 1)
       yield* stopPreparing(conversation)
       const work = Effect.scoped(Effect.gen(function*() {
-        const grant = yield* scheduler.generation({ lane: "preparation", label: `prepare-${conversation}`, conversation })
+        const grant = yield* scheduler.generation({ lane: "preparation", label: `prepare-${conversation}`, conversation, submittedAt: submitted })
         yield* conversations.attach(conversation, grant.slot, grant.evicted)
         yield* worker.generate({ prompt: tokens, maxTokens: 1, sampling: { temperature: 0 }, sequence: grant.slot, lane: "preparation", prefillOnly: true, reuseOnGrid: true }).pipe(
           Stream.runForEach((event) =>
@@ -406,7 +434,9 @@ export const make = Effect.gen(function*() {
         chargedBytes: budget.chargedBytes,
         freeBytes: budget.freeBytes,
         waiting: budget.waiting.length,
-        byKind: { weights: budget.byKind.weights.bytes, kv: budget.byKind.kv.bytes, workspace: budget.byKind.workspace.bytes }
+        weightsBytes: budget.byKind.weights.bytes,
+        kvBytes: budget.byKind.kv.bytes,
+        workspaceBytes: budget.byKind.workspace.bytes
       },
       roles: ready.roles.map((r) => {
         const admitted = budget.admitted?.roles.find((a) => a.role === r.role)
@@ -418,7 +448,9 @@ export const make = Effect.gen(function*() {
           revision: r.revision?.revision ?? null,
           admittedContext: r.admittedContext ?? admitted?.contextSize ?? null,
           contextCap: admitted?.cap ?? null,
-          limitedBy: admitted?.limitedBy ?? null
+          limitedBy: admitted?.limitedBy ?? null,
+          weightsBytes: admitted?.weightsBytes ?? null,
+          kvBytes: admitted?.contextBytes ?? null
         }
       }),
       scheduler: sched,

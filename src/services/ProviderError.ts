@@ -35,6 +35,7 @@ export class QueueFull extends Schema.TaggedError<QueueFull>()("QueueFull", {
 
 /** A request waited longer than the queue timeout for the engine (typically during a repair). */
 export class QueueTimeout extends Schema.TaggedError<QueueTimeout>()("QueueTimeout", {
+  /** The request's lane; for a call that is not queued (count, tokenize), the call. */
   lane: Schema.String,
   waitedMillis: Schema.Number,
   reason: Schema.String

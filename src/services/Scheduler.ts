@@ -7,8 +7,10 @@
  * generation context (conversations keep theirs; see scheduler/SlotPool.ts), then for a ready
  * engine, then for its workspace charge through Admission; a decision waits for the engine and
  * its workspace. All of it is bounded: a queue length (QueueFull at once) and a queue timeout
- * (QueueTimeout); nothing is dropped silently. Everything is held for the caller's scope, so
- * interrupting the caller frees the slot and the workspace lease.
+ * (QueueTimeout); nothing is dropped silently. The queue timeout counts from the request's
+ * submission: what the Provider does before queueing (rendering and tokenizing the prompt, which
+ * wait for a ready engine too) runs under the same deadline (`beforeQueue`). Everything is held
+ * for the caller's scope, so interrupting the caller frees the slot and the workspace lease.
  */
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
@@ -23,7 +25,7 @@ import type { Lane } from "../domain/Inference.js"
 import { lanes } from "../internal/LaneQueue.js"
 import { Admission } from "./Admission.js"
 import type { WorkspaceTooLarge } from "./AdmissionError.js"
-import { NativeWorker } from "./NativeWorker.js"
+import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { QueueFull, QueueTimeout } from "./ProviderError.js"
 import { SchedulerConfig, type SchedulerConfigShape } from "./scheduler/SchedulerConfig.js"
 import * as SlotPool from "./scheduler/SlotPool.js"
@@ -35,7 +37,12 @@ export interface GenerationTicket {
   /** Request id, shown in status and errors. */
   readonly label: string
   readonly conversation?: string | undefined
+  /** When the request was submitted (clock milliseconds): its queue timeout counts from then. Default: now. */
+  readonly submittedAt?: number | undefined
 }
+
+/** Who waits: a lane, or a call that is not queued but waits for the engine all the same. */
+export type Waiter = Lane | "count" | "tokenize"
 
 export interface GenerationGrant {
   readonly slot: number
@@ -63,12 +70,33 @@ export type AdmitError = QueueFull | QueueTimeout | WorkspaceTooLarge | EngineUn
 export class Scheduler extends Context.Tag("nativegen/Scheduler")<Scheduler, {
   /** Admits a generation: slot, ready engine, workspace; all held until the scope closes. */
   readonly generation: (ticket: GenerationTicket) => Effect.Effect<GenerationGrant, AdmitError, Scope.Scope>
-  /** Admits a decision request of `heads` heads: ready engine and workspace, held for the scope. */
-  readonly decision: (label: string, heads: number) => Effect.Effect<{ readonly queuedMillis: number }, AdmitError, Scope.Scope>
+  /**
+   * Admits a decision request of `heads` heads: ready engine and workspace, held for the scope.
+   * `submittedAt` as for a generation.
+   */
+  readonly decision: (
+    label: string,
+    heads: number,
+    submittedAt?: number
+  ) => Effect.Effect<{ readonly queuedMillis: number }, AdmitError, Scope.Scope>
+  /**
+   * Runs what a request does before it is queued (rendering and tokenizing its prompt: calls that
+   * wait for a ready engine) within its queue timeout counted from `submittedAt`; past it, fails
+   * with QueueTimeout naming what it waited for and the engine's state. What is left of the
+   * timeout is the queue's, when the same `submittedAt` is given to `generation` or `decision`.
+   */
+  readonly beforeQueue: <A, E, R>(
+    waiter: Waiter,
+    submittedAt: number,
+    work: Effect.Effect<A, E, R>
+  ) => Effect.Effect<A, E | QueueTimeout, R>
   /** The slot a conversation owns now. */
   readonly slotOf: (conversation: string) => number | undefined
   readonly status: Effect.Effect<SchedulerStatus>
 }>() {}
+
+/** The stage of a queued request that waits for a ready engine. */
+const engineWait = "a ready engine"
 
 /** Sequences the generation context needs: conversation slots, then anonymous ones. */
 export const sequencesOf = (config: SchedulerConfigShape) => config.slots + config.anonymousSlots
@@ -105,12 +133,45 @@ export const make = Effect.gen(function*() {
     )
   )
 
+  const queueTimeoutMillis = Duration.toMillis(config.queueTimeout)
+
+  /** The engine's state and why, as a QueueTimeout's reason says it. */
+  const stateOf = (r: WorkerReadiness) => (r.reason === undefined ? r.state : `${r.state}: ${r.reason}`)
+
+  /**
+   * Runs `work` until the request's deadline (the queue timeout after `submittedAt`); past it,
+   * QueueTimeout with the reason `describe` gives then.
+   */
+  const untilDeadline = <A, E, R>(
+    waiter: Waiter,
+    submittedAt: number,
+    work: Effect.Effect<A, E, R>,
+    describe: Effect.Effect<string>
+  ): Effect.Effect<A, E | QueueTimeout, R> =>
+    Effect.flatMap(Clock.currentTimeMillis, (now) =>
+      Effect.flatten(Effect.timeoutTo(work, {
+        duration: Duration.millis(Math.max(0, queueTimeoutMillis - (now - submittedAt))),
+        onSuccess: (a): Effect.Effect<A, QueueTimeout> => Effect.succeed(a),
+        onTimeout: () =>
+          Effect.flatMap(describe, (reason) => Effect.fail(new QueueTimeout({ lane: waiter, waitedMillis: queueTimeoutMillis, reason })))
+      })))
+
+  const beforeQueue: Scheduler["Type"]["beforeQueue"] = (waiter, submittedAt, work) =>
+    untilDeadline(
+      waiter,
+      submittedAt,
+      work,
+      Effect.map(worker.readiness, (r) =>
+        r.state === "ready" ? "preparing the prompt (the engine is ready)" : `waiting for ${engineWait} (${stateOf(r)})`)
+    )
+
   /**
    * Runs `wait` as a queued request: refused when the queue is full, failed with QueueTimeout
-   * (naming what it was waiting for) when it waits too long, then counted as running for the scope.
+   * (naming what it was waiting for) when its deadline passes, then counted as running for the scope.
    */
   const queue = <A, E>(
     lane: Lane,
+    submittedAt: number | undefined,
     wait: (stage: (waitingFor: string) => Effect.Effect<void>) => Effect.Effect<A, E, Scope.Scope>
   ) =>
     Effect.gen(function*() {
@@ -119,14 +180,16 @@ export const make = Effect.gen(function*() {
       const index = lanes.indexOf(lane)
       queuedIn[index]!++
       let waitingFor = "a slot"
-      const result = yield* wait((next) => Effect.sync(() => void (waitingFor = next))).pipe(
-        Effect.timeoutFail({
-          duration: config.queueTimeout,
-          onTimeout: () =>
-            new QueueTimeout({ lane, waitedMillis: Duration.toMillis(config.queueTimeout), reason: `waiting for ${waitingFor}` })
-        }),
-        Effect.ensuring(Effect.sync(() => void queuedIn[index]!--))
-      )
+      const result = yield* untilDeadline(
+        lane,
+        submittedAt ?? start,
+        wait((next) => Effect.sync(() => void (waitingFor = next))),
+        Effect.suspend(() =>
+          waitingFor === engineWait
+            ? Effect.map(worker.readiness, (r) => `waiting for ${waitingFor} (${stateOf(r)})`)
+            : Effect.succeed(`waiting for ${waitingFor}`)
+        )
+      ).pipe(Effect.ensuring(Effect.sync(() => void queuedIn[index]!--)))
       yield* Effect.acquireRelease(Effect.sync(() => void runningIn[index]!++), () => Effect.sync(() => void runningIn[index]!--))
       return { result, queuedMillis: (yield* Clock.currentTimeMillis) - start }
     })
@@ -137,12 +200,12 @@ export const make = Effect.gen(function*() {
 
   const generation = (ticket: GenerationTicket) =>
     Effect.map(
-      queue(ticket.lane, (stage) =>
+      queue(ticket.lane, ticket.submittedAt, (stage) =>
         Effect.gen(function*() {
           const grant = ticket.conversation === undefined
             ? yield* Effect.map(anonymous.acquire({ lane: ticket.lane }), (g) => ({ ...g, slot: config.slots + g.slot }))
             : yield* slots.acquire({ lane: ticket.lane, conversation: ticket.conversation })
-          yield* stage("a ready engine")
+          yield* stage(engineWait)
           yield* engineReady
           yield* stage("workspace memory")
           yield* workspace(ticket.lane, config.generationWorkspaceBytes, ticket.label)
@@ -151,11 +214,11 @@ export const make = Effect.gen(function*() {
       ({ queuedMillis, result }): GenerationGrant => ({ slot: result.slot, evicted: result.evicted, queuedMillis })
     )
 
-  const decision = (label: string, heads: number) =>
+  const decision = (label: string, heads: number, submittedAt?: number) =>
     Effect.map(
-      queue("decision", (stage) =>
+      queue("decision", submittedAt, (stage) =>
         Effect.gen(function*() {
-          yield* stage("a ready engine")
+          yield* stage(engineWait)
           yield* engineReady
           yield* stage("workspace memory")
           yield* workspace("decision", Math.max(1, heads) * config.decisionWorkspaceBytesPerHead, label)
@@ -166,6 +229,7 @@ export const make = Effect.gen(function*() {
   return Scheduler.of({
     generation,
     decision,
+    beforeQueue,
     slotOf: slots.slotOf,
     status: Effect.map(slots.status, (s) => ({
       running: total(runningIn),

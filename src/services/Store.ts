@@ -36,6 +36,7 @@ import type {
   ManifestUnsigned,
   NotActive,
   RollbackRefused,
+  SeedNotRemovable,
   SizeExceeded,
   SizeMismatch,
   StoreIoError,
@@ -46,6 +47,8 @@ import * as Activation from "./store/Activation.js"
 import type { ActivateOptions } from "./store/Activation.js"
 import type { StageSource, VerifiedBlob } from "./store/Blobs.js"
 import * as Candidates from "./store/Candidates.js"
+import * as Deactivation from "./store/Deactivation.js"
+import type { DeactivateOptions } from "./store/Deactivation.js"
 import type { Candidate, Selector, StoreFault, UnusableError } from "./store/Candidates.js"
 import * as Listing from "./store/Listing.js"
 import * as Parts from "./store/Parts.js"
@@ -64,6 +67,7 @@ export type { Progress, StageSource, VerifiedBlob } from "./store/Blobs.js"
 export type {
   Activation,
   ActiveArtifact,
+  Deactivation,
   ActiveModel,
   ListedBlob,
   Listing,
@@ -72,6 +76,7 @@ export type {
   ReapReport
 } from "../domain/StoreResults.js"
 export type { ActivateOptions } from "./store/Activation.js"
+export type { DeactivateOptions } from "./store/Deactivation.js"
 export type { Candidate, Selector, StoreFault, UnusableError } from "./store/Candidates.js"
 export type { Lease } from "./store/ReaderLeases.js"
 export type { SeedSource } from "./store/Seed.js"
@@ -112,6 +117,8 @@ export type ActivateError =
   | JournalCorrupt
   | UnsafePath
   | StoreIoError
+
+export type DeactivateError = NotActive | SeedNotRemovable | InvalidManifest | ReapError
 
 /** `NotActive` when nothing was activated; the newest activation's refusal when none is usable. */
 export type ActiveError = NotActive | UnusableError | StoreFault
@@ -163,6 +170,15 @@ export class Store extends Context.Tag("nativegen/Store")<Store, {
     options?: ActivateOptions
   ) => Effect.Effect<StoreResults.Activation, ActivateError>
   /**
+   * Deactivates a model on a device (default device when omitted): its activations there are
+   * hidden from then on, in every role; its blobs become collectable (`reap`) unless another
+   * active manifest names them or a lease holds them. The seed's models are refused.
+   */
+  readonly deactivate: (
+    model: string,
+    options?: DeactivateOptions
+  ) => Effect.Effect<StoreResults.Deactivation, DeactivateError>
+  /**
    * The active manifest for a model or role on a device (default device when omitted): the newest
    * activation that is usable under today's trust. Newer ones that are not are passed over.
    */
@@ -202,6 +218,7 @@ export const make: Effect.Effect<
   const { activate, activateVerified } = Activation.make(parts)
   const reading = Candidates.make(parts)
   const reaping = Reap.make(parts, reading)
+  const { deactivate } = Deactivation.make(parts, reaping)
   return Store.of({
     root: parts.root,
     device: parts.config.device,
@@ -209,6 +226,7 @@ export const make: Effect.Effect<
     stageLeased,
     verify,
     activate,
+    deactivate,
     active: reading.active,
     candidates: reading.candidates,
     list: Listing.make(parts, reaping),

@@ -221,6 +221,18 @@ export class NotActive extends Schema.TaggedError<NotActive>()("NotActive", {
   }
 }
 
+/**
+ * `store rm` of a model the packaged seed provides: the seed is every role's last resort, and its
+ * next start would activate it again.
+ */
+export class SeedNotRemovable extends Schema.TaggedError<SeedNotRemovable>()("SeedNotRemovable", {
+  model: Schema.String
+}) {
+  override get message() {
+    return `${this.model} is a model of the packaged seed and cannot be removed (activate another model for its role instead)`
+  }
+}
+
 /** A key file could not be read or is not an ed25519 key. */
 export class InvalidKey extends Schema.TaggedError<InvalidKey>()("InvalidKey", {
   source: Schema.String,
@@ -267,6 +279,7 @@ export const StoreError = Schema.Union(
   ManifestMissing,
   JournalCorrupt,
   NotActive,
+  SeedNotRemovable,
   InvalidKey,
   StoreIoError
 )

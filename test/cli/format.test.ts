@@ -167,7 +167,10 @@ describe("Format", () => {
         budgetBytes: 4 * 1024 ** 3,
         chargedBytes: 100 * 1024 ** 2,
         freeBytes: 3 * 1024 ** 3,
-        waiting: 0
+        waiting: 0,
+        weightsBytes: 60 * 1024 ** 2,
+        kvBytes: 40 * 1024 ** 2,
+        workspaceBytes: 0
       },
       roles: [{
         role: "generation",
@@ -177,7 +180,9 @@ describe("Format", () => {
         revision: 1,
         admittedContext: 2048,
         contextCap: 4096,
-        limitedBy: "trainedContext"
+        limitedBy: "trainedContext",
+        weightsBytes: 60 * 1024 ** 2,
+        kvBytes: 40 * 1024 ** 2
       }],
       scheduler: { running: 0, queued: 0, slots: 4, conversations: 1 },
       recoveryActions: []

@@ -103,4 +103,57 @@ describe("nativegen store without a server (item 8)", () => {
       assert.strictEqual(list.stderr, `store: no server listens on ${socket}; working directly on ${root}\n`)
       assert.deepStrictEqual((JSON.parse(list.stdout) as { active: Array<{ model: string }> }).active.map((m) => m.model), ["mine"])
     }), { timeout: 60_000 })
+
+  it.scoped("show reads the active models' GGUF headers from the store directly; rm and ls work directly", () =>
+    Effect.gen(function*() {
+      const home = yield* makeHome
+      const { keyId, root } = yield* prepare(home)
+      const socket = Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock")
+      const direct = `store: no server listens on ${socket}; working directly on ${root}\n`
+
+      const shown = yield* run(["show"], { env: home.env })
+      assert.strictEqual(shown.code, 0, shown.stderr)
+      assert.strictEqual(shown.stderr, direct)
+      const lines = shown.stdout.split("\n")
+      assert.deepStrictEqual(lines.slice(0, 10), [
+        "mine (generation)",
+        "  architecture      llama",
+        "  parameters        180.9K",
+        "  quantization      F32",
+        "  trained context   8192",
+        "  license           -",
+        lines[6]!,
+        `  signed by         ${keyId}`,
+        "  loaded            no",
+        lines[9]!
+      ])
+      assert.match(lines[6]!, /^ {2}manifest {10}sha256:[0-9a-f]{64} \(revision 1\)$/)
+      // No server: no admitted context, and nothing said about one.
+      assert.notInclude(shown.stdout, "admitted context")
+      assert.notInclude(shown.stdout, "note")
+
+      const removed = yield* run(["rm", "mine", "--json"], { env: home.env })
+      assert.strictEqual(removed.code, 0, removed.stderr)
+      const json = JSON.parse(removed.stdout) as { model: string; roles: Array<string>; collectable: Array<string>; loadedByServer: boolean }
+      assert.deepStrictEqual([json.model, json.roles, json.collectable, json.loadedByServer], ["mine", ["generation"], [], false])
+      const listed = yield* run(["ls"], { env: home.env })
+      assert.strictEqual(listed.stderr, direct)
+      assert.notMatch(listed.stdout, /^generation {2}mine/m)
+      const none = yield* run(["show"], { env: home.env })
+      assert.strictEqual(none.code, 1)
+      assert.include(none.stderr, "nativegen: no model is active (see `nativegen list`)")
+    }), { timeout: 60_000 })
+
+  it.scoped("ps without a server says nothing is loaded and why", () =>
+    Effect.gen(function*() {
+      const home = yield* makeHome
+      const socket = Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock")
+      const ps = yield* run(["ps"], { env: home.env })
+      assert.strictEqual(ps.code, 1)
+      assert.strictEqual(ps.stdout, "")
+      assert.strictEqual(
+        ps.stderr,
+        `nativegen: nothing is loaded: no nativegen server answers on ${socket} (there is no socket (is the server running?))\n`
+      )
+    }), { timeout: 60_000 })
 })

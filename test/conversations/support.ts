@@ -49,7 +49,7 @@ export const turnEqualToCold = (request: GenerateRequest) =>
     const held = (yield* Conversations).held(conversation)!
     const prompt = held.slice(0, held.length - d.usage.generatedTokens)
     assert.strictEqual(prompt.length, d.usage.promptTokens)
-    assert.deepStrictEqual(tokensOf(chunks), yield* cold(prompt, request.maxTokens), `reuse ${d.usage.reuse} (${d.usage.reusedTokens} reused of ${d.usage.promptTokens})`)
+    assert.deepStrictEqual(tokensOf(chunks), yield* cold(prompt, request.maxTokens ?? assert.fail("the cold run needs the turn's maxTokens")), `reuse ${d.usage.reuse} (${d.usage.reusedTokens} reused of ${d.usage.promptTokens})`)
     return d
   })
 

@@ -15,6 +15,7 @@ describe("store results", () => {
     assert.strictEqual(successOf("StoreVerify"), StoreResults.VerifiedBlob)
     assert.strictEqual(successOf("StoreActivate"), StoreResults.Activation)
     assert.strictEqual(successOf("StoreReap"), StoreResults.ReapReport)
+    assert.strictEqual(successOf("StoreDeactivate"), StoreResults.Deactivation)
   })
 
   it("the Store's result types are the Schemas' types; its verified blob adds only the inode identity", () => {
@@ -23,6 +24,7 @@ describe("store results", () => {
     expectTypeOf<Store.PassedOver>().toEqualTypeOf<typeof StoreResults.PassedOver.Type>()
     expectTypeOf<Store.Listing>().toEqualTypeOf<typeof StoreResults.Listing.Type>()
     expectTypeOf<Store.ReapReport>().toEqualTypeOf<typeof StoreResults.ReapReport.Type>()
+    expectTypeOf<Store.Deactivation>().toEqualTypeOf<typeof StoreResults.Deactivation.Type>()
     expectTypeOf<Omit<Store.VerifiedBlob, "dev" | "ino">>().toEqualTypeOf<typeof StoreResults.VerifiedBlob.Type>()
   })
 })

@@ -103,10 +103,9 @@ describe("HTTP /nativegen/", () => {
         assert.strictEqual(readiness.state, "ready")
         assert.deepStrictEqual(readiness.roles.map((r) => [r.role, r.model, r.revision]), [["generation", "qwen-chat", 1], ["decision", "qwen-decision", 1]])
         const budget = readiness.budget!
-        const byKind = budget.byKind!
-        assert.isAbove(byKind.weights, 0)
-        assert.isAbove(byKind.kv, 0)
-        assert.strictEqual(byKind.weights + byKind.kv + byKind.workspace, budget.chargedBytes)
+        assert.isAbove(budget.weightsBytes, 0)
+        assert.isAbove(budget.kvBytes, 0)
+        assert.strictEqual(budget.weightsBytes + budget.kvBytes + budget.workspaceBytes, budget.chargedBytes)
         assert.deepStrictEqual(readiness.scheduler.lanes, [
           { lane: "decision", running: 0, queued: 0 },
           { lane: "foreground", running: 0, queued: 0 },

@@ -35,7 +35,10 @@ export const httpServer = (options: HttpServerOptions = {}) =>
       generation: options.models?.generation ?? ensureModel("qwen-chat"),
       decision: options.models?.decision ?? ensureModel("qwen-decision")
     })
-    const context = yield* Layer.build(Http.layer(config).pipe(Layer.provideMerge(runtime)))
+    // Built once and handed to the server: the runtime layer is fresh, and Layer.provideMerge
+    // would build it a second time (a second engine the server uses and the test cannot see).
+    const runtimeContext = yield* Layer.build(runtime)
+    const context = Context.merge(runtimeContext, yield* Layer.build(Http.layer(config).pipe(Layer.provide(Layer.succeedContext(runtimeContext)))))
     const server = HttpServerTag.HttpServer
     const { address } = yield* Effect.provide(server, context)
     const provider = yield* Effect.provide(Provider, context)

@@ -1,7 +1,8 @@
 /**
  * Exact budgets and request validation through the Provider, with a real engine child: a prompt
  * is counted in real tokens through the chat template; prompt + max tokens at or under the
- * admitted context runs, one over is refused with the three numbers; stop strings cut the real
+ * admitted context runs, one over is refused with the three numbers; without max tokens the
+ * output runs to the end of the context; stop strings cut the real
  * output; bad requests get typed errors naming the field and value, and nothing is left behind.
  */
 import { assert, describe, layer } from "@effect/vitest"
@@ -51,6 +52,33 @@ describe("Provider budgets and validation", () => {
           const d = done(chunks)
           assert.deepStrictEqual([d.usage.promptTokens, d.usage.generatedTokens, d.stopReason], [prompt, maxTokens, "maxTokens"])
         }
+      }))
+
+    it.effect("without maxTokens the output runs to the end of the context (stopReason maxTokens); a prompt that fills it is refused with the numbers", () =>
+      Effect.gen(function*() {
+        const provider = yield* Provider
+        const base = (yield* provider.count({ messages })).tokens
+        /** The messages padded with " a" (one token each) to a rendered prompt of exactly `n` tokens. */
+        const promptOf = (n: number) =>
+          Effect.gen(function*() {
+            const padded = [{ role: "user" as const, content: messages[0].content + " a".repeat(n - base) }]
+            assert.strictEqual((yield* provider.count({ messages: padded })).tokens, n)
+            return padded
+          })
+        for (const room of [5, 1]) {
+          const d = done(yield* collect(provider, { messages: yield* promptOf(CONTEXT - room), sampling: { temperature: 0 } }))
+          assert.deepStrictEqual([d.usage.promptTokens, d.usage.generatedTokens, d.stopReason], [CONTEXT - room, room, "maxTokens"])
+        }
+        for (const promptTokens of [CONTEXT, CONTEXT + 3]) {
+          const refused = yield* Effect.flip(collect(provider, { messages: yield* promptOf(promptTokens) }))
+          assert(refused._tag === "ContextExceeded", `expected ContextExceeded, got ${refused._tag}`)
+          assert.deepStrictEqual(
+            [refused.role, refused.promptTokens, refused.outputTokens, refused.admittedContext],
+            ["generation", promptTokens, 1, CONTEXT]
+          )
+        }
+        const status = yield* (yield* Scheduler).status
+        assert.deepStrictEqual([status.running, status.queued], [0, 0])
       }))
 
     it.effect("a decision: prompt + longest label at the admitted decision context runs; one over is refused with the numbers before it is queued", () =>

@@ -69,6 +69,16 @@ describe("channels end to end with Qwen3's marker tokens", () => {
         assert.strictEqual(done.usage.generatedTokens, chatScript.length - 1)
       }))
 
+    it.effect("without maxTokens a short reply runs to its end of turn", () =>
+      Effect.gen(function*() {
+        const chunks = yield* collect({ messages: [{ role: "user", content: "hi" }], sampling: { temperature: 0 } })
+        assert.strictEqual(textOf(chunks, "thought"), thought)
+        assert.strictEqual(textOf(chunks, "answer"), answer)
+        const done = doneOf(chunks)
+        assert.strictEqual(done.stopReason, "endOfGeneration")
+        assert.strictEqual(done.usage.generatedTokens, chatScript.length - 1)
+      }))
+
     it.effect("a stop string inside the answer ends it before the string; one found only in the thought does not stop", () =>
       Effect.gen(function*() {
         const stopped = yield* collect(hi({ stop: ["seed model"] }))

@@ -77,7 +77,7 @@ const turnWithParity = (request: GenerateRequest) =>
     const d = done(chunks)
     const prompt = yield* promptOfTurn(request.conversation ?? request.checkpoint!.conversation, d.usage.generatedTokens)
     assert.strictEqual(prompt.length, d.usage.promptTokens)
-    const reference = yield* cold(prompt, request.maxTokens)
+    const reference = yield* cold(prompt, request.maxTokens ?? assert.fail("the cold run needs the turn's maxTokens"))
     // Parity: greedy output after reuse equals the cold run's (markers would be missing from Text tokens).
     assert.deepStrictEqual(tokensOf(chunks), reference.tokens)
     const probabilities = probabilitiesOf(chunks)

@@ -10,7 +10,7 @@ import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import type { ImportEvent } from "../../src/rpc/Api.js"
-import { DigestMismatch, RollbackRefused, UnknownKey, UnsafePath } from "../../src/services/StoreError.js"
+import { DigestMismatch, NotActive, RollbackRefused, SeedNotRemovable, UnknownKey, UnsafePath } from "../../src/services/StoreError.js"
 import { bytesOf, envelope, makeKey, manifestOf, sha256 } from "../store/helpers.js"
 import { connect, serve } from "./support/serve.js"
 
@@ -128,5 +128,21 @@ describe("store over RPC", () => {
       assert.deepStrictEqual((yield* store.list).blobs.map((b) => b.digest), [second.digest])
       assert.strictEqual((yield* Effect.flip(store.verify(first.digest)))._tag, "ArtifactMissing")
       assert.strictEqual((yield* Effect.flip(store.verify("sha256:nope")))._tag, "InvalidDigest")
+    }))
+
+  it.scoped("deactivate: the model leaves the listing, its blob is reaped; the seed's models are refused as themselves", () =>
+    Effect.gen(function*() {
+      const { dir, socketPath } = yield* serve({}, [key])
+      const { store } = yield* connect(socketPath)
+      const model = modelFile(dir, "m", 1, 1000)
+      yield* collect(store.import({ manifest: model.manifest, path: model.path }))
+      const removed = yield* store.deactivate("m")
+      assert.deepStrictEqual([removed.model, removed.device, removed.revision, removed.roles, removed.collectable], ["m", "cpu", 1, ["generation"], [model.digest]])
+      assert.deepStrictEqual((yield* store.list).active, [])
+      assert.deepStrictEqual((yield* store.reap({ grace: 0 })).removed, [model.digest])
+      assert.instanceOf(yield* Effect.flip(store.deactivate("m")), NotActive)
+      const seed = yield* Effect.flip(store.deactivate("qwen-chat"))
+      assert.instanceOf(seed, SeedNotRemovable)
+      assert.strictEqual(seed.model, "qwen-chat")
     }))
 })

@@ -12,7 +12,7 @@ import * as fc from "effect/FastCheck"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { ensureModel } from "../../fixtures/models.js"
-import { writeGguf } from "../../fixtures/gguf.js"
+import { type MetadataValue, writeGguf } from "../../fixtures/gguf.js"
 import { constantValues } from "../../fixtures/random.js"
 import * as GgufHeader from "../../src/domain/GgufHeader.js"
 import { Artifact, ggufMediaType, Manifest } from "../../src/domain/Manifest.js"
@@ -25,13 +25,17 @@ const reasonOf = (result: Either.Either<GgufHeader.GgufHeader, GgufHeader.GgufDe
   Either.match(result, { onLeft: (d) => d.reason, onRight: () => "accepted" })
 
 /** A small valid GGUF: two f32 tensors, an architecture, and whatever extra metadata is asked for. */
-const smallGguf = (dir: string, options: { readonly architecture?: string | undefined } = {}) => {
+const smallGguf = (
+  dir: string,
+  options: { readonly architecture?: string | undefined; readonly extra?: ReadonlyArray<readonly [string, MetadataValue]> } = {}
+) => {
   const path = Path.join(dir, `small-${Math.random().toString(36).slice(2)}.gguf`)
   writeGguf(
     path,
     [
       ...(options.architecture === undefined ? [] : [["general.architecture", { type: "string", value: options.architecture }] as const]),
       ["general.name", { type: "string", value: "t" }],
+      ...(options.extra ?? []),
       ["tokenizer.ggml.tokens", { type: "string[]", value: ["a", "b", "c"] }]
     ],
     [
@@ -59,6 +63,36 @@ describe("GGUF header", () => {
       assert.strictEqual(header.right.version, 3)
       assert.strictEqual(header.right.tensorCount, 2 + 2 * 9 + 1)
       assert.strictEqual(header.right.dataEnd, bytes.length)
+    }))
+
+  it.scoped("the scalar metadata, the parameter count and the elements per tensor type are read; arrays are left out", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const bytes = smallGguf(dir, {
+        architecture: "llama",
+        extra: [
+          ["general.license", { type: "string", value: "apache-2.0" }],
+          ["general.file_type", { type: "u32", value: 1 }],
+          ["llama.context_length", { type: "u32", value: 4096 }],
+          ["llama.rope.freq_base", { type: "f32", value: 10000 }]
+        ]
+      })
+      const header = readBuffer(bytes, 64)
+      assert.isTrue(Either.isRight(header), reasonOf(header))
+      if (Either.isLeft(header)) return
+      assert.deepStrictEqual(Object.fromEntries(header.right.metadata), {
+        "general.architecture": "llama",
+        "general.name": "t",
+        "general.license": "apache-2.0",
+        "general.file_type": 1,
+        "llama.context_length": 4096
+      })
+      assert.strictEqual(header.right.parameterCount, 8 * 2 + 4)
+      assert.deepStrictEqual(Object.fromEntries(header.right.elementsByType), { F32: 16, F16: 4 })
+      const qwen = readBuffer(Fs.readFileSync(ensureModel("qwen-chat")))
+      if (Either.isLeft(qwen)) return assert.fail(qwen.left.reason)
+      assert.strictEqual(qwen.right.metadata.get("qwen3.context_length"), 40960)
+      assert.include(String(qwen.right.metadata.get("tokenizer.chat_template")), "<|im_start|>")
     }))
 
   it.prop(

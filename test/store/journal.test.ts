@@ -104,7 +104,8 @@ describe("journal", () => {
         ["missing field", `${good[0]}${JSON.stringify(noDevice)}\n${good[1]}`, 2, "device"],
         ["missing field last", `${good[0]}${good[1]}${JSON.stringify(noDevice)}\n`, 3, "device"],
         ["missing version", `${JSON.stringify(noVersion)}\n`, 1, "missing field v"],
-        ["unknown version", `${good[0]}${JSON.stringify({ ...entry(9), v: 2 })}\n`, 2, "unknown schema version 2"],
+        ["unknown version", `${good[0]}${JSON.stringify({ ...entry(9), v: 3 })}\n`, 2, "unknown schema version 3"],
+        ["version 2 is a deactivation", `${good[0]}${JSON.stringify({ ...entry(9), v: 2 })}\n`, 2, "op"],
         ["bad digest", `${good[0]}${JSON.stringify({ ...entry(9), manifest: "sha256:../x" })}\n`, 2, "manifest"],
         ["extra field", `${JSON.stringify({ ...entry(9), extra: 1 })}\n`, 1, "extra"],
         ["array", `[1]\n`, 1, "not a JSON object"]

@@ -204,6 +204,26 @@ describe("seed activation (item 6)", () => {
       assert.strictEqual((yield* store.active({ role: "generation" })).model, "qwen-chat")
     }), { timeout: 30_000 })
 
+  it.scoped("a model removed with deactivate no longer holds a seed upgrade back", () =>
+    Effect.gen(function*() {
+      const dir = yield* tempDir
+      const root = Path.join(dir, "store")
+      const seedKey = makeKey()
+      const user = makeKey()
+      yield* Effect.scoped(Effect.gen(function*() {
+        const store = yield* seeded(root, resignedSeed(dir, seedKey, 1), [user])
+        yield* store.importSeed
+        const mine = yield* artifactIn(store, "mine")
+        yield* store.activate(envelope(user, manifestOf("mine", 1, [mine])))
+        yield* store.deactivate("mine")
+      }))
+      const store = yield* seeded(root, resignedSeed(dir, seedKey, 2), [user])
+      const report = yield* store.importSeed
+      assert.deepStrictEqual(report.staged, [])
+      assert.deepStrictEqual(report.models.map((m) => [m.model, m.revision, m.alreadyActive]), [["qwen-chat", 2, false], ["qwen-decision", 2, false]])
+      assert.deepStrictEqual(describeCandidates(yield* store.candidates("generation")), ["qwen-chat r2", "qwen-chat r1"])
+    }).pipe(quiet), { timeout: 30_000 })
+
   it.scoped("a seed older than the active revision of its model is staged, not a failure", () =>
     Effect.gen(function*() {
       const dir = yield* tempDir

@@ -53,9 +53,7 @@ function memory(readiness) {
   const budget = readiness.budget
   if (budget === null) return h("p", { class: "muted", text: "No budget yet: the engine has not reported its device." })
   const total = Math.max(budget.budgetBytes, budget.chargedBytes, 1)
-  const parts = budget.byKind
-    ? [["weights", "Weights", budget.byKind.weights], ["kv", "KV cache", budget.byKind.kv], ["workspace", "Workspace", budget.byKind.workspace]]
-    : [["weights", "Charged", budget.chargedBytes]]
+  const parts = [["weights", "Weights", budget.weightsBytes], ["kv", "KV cache", budget.kvBytes], ["workspace", "Workspace", budget.workspaceBytes]]
   const bar = h("div", {
     class: "bar",
     role: "img",
@@ -161,7 +159,7 @@ export function mount(root, { setConnection }) {
     const readiness = status.readiness
     if (readiness.budget !== null) {
       const budget = readiness.budget
-      samples.push({ charged: budget.chargedBytes, workspace: budget.byKind?.workspace ?? 0, budget: budget.budgetBytes })
+      samples.push({ charged: budget.chargedBytes, workspace: budget.workspaceBytes, budget: budget.budgetBytes })
       if (samples.length > memorySamples) samples.shift()
     }
     fill(sections.engine, engineFacts(status))

@@ -30,8 +30,8 @@ const neutralOptions = [
 ] as const
 
 /**
- * A request before its output budget is known: `maxTokens` is the client's `num_predict`, or
- * undefined for Ollama's default (until the model stops or the context is full).
+ * A request and its output budget: `maxTokens` is the client's `num_predict`, or undefined for
+ * Ollama's default (until the model stops or the context is full: the request then gives none).
  */
 export interface Planned {
   readonly request: Omit<GenerateRequest, "maxTokens">

@@ -38,18 +38,21 @@ export interface ActivateOptions {
 const checkDevice = (device: string) =>
   isDevice(device) ? Effect.succeed(device) : Effect.fail(new InvalidManifest({ reason: `invalid device name ${JSON.stringify(device)}` }))
 
-/** Refuses a revision not newer than the active one of the model (unless allowed). */
+/**
+ * Refuses a revision not newer than the active one of the model (unless allowed). After a
+ * deactivation, the revision it removed may come back, an older one is a rollback.
+ */
 const checkRevision = (state: Journal.State, verified: Signing.Verified, device: string, allowRollback: boolean) => {
-  const current = state.newest.get(Journal.key(verified.manifest.name, device))
-  if (current === undefined) return Effect.void
-  if (current.entry.revision >= verified.manifest.revision && !allowRollback) {
+  const k = Journal.key(verified.manifest.name, device)
+  const current = state.newest.get(k)
+  const removed = current === undefined ? state.deactivated.get(k) : undefined
+  const refused = current !== undefined
+    ? current.entry.revision >= verified.manifest.revision
+    : removed !== undefined && removed.entry.revision > verified.manifest.revision
+  const active = current?.entry.revision ?? removed?.entry.revision
+  if (refused && active !== undefined && !allowRollback) {
     return Effect.fail(
-      new RollbackRefused({
-        model: verified.manifest.name,
-        device,
-        active: current.entry.revision,
-        offered: verified.manifest.revision
-      })
+      new RollbackRefused({ model: verified.manifest.name, device, active, offered: verified.manifest.revision })
     )
   }
   return Effect.void

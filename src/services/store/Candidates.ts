@@ -24,7 +24,7 @@ import {
   type UnknownKey,
   type UnsafePath
 } from "../StoreError.js"
-import type * as Journal from "./Journal.js"
+import * as Journal from "./Journal.js"
 import type { Parts } from "./Parts.js"
 import * as Seed from "./Seed.js"
 import type * as Signing from "./Signing.js"
@@ -80,14 +80,17 @@ const passedOver = (indexed: Indexed, error: UnusableError): PassedOver => ({
   reason: error.message
 })
 
-/** The journal's activations for a selector on a device, newest first, each manifest once. */
+/**
+ * The journal's activations for a selector on a device, newest first, each manifest once; those a
+ * later deactivation of their model hides are left out.
+ */
 const activationsOf = (state: Journal.State, selector: Selector, device: string): Array<Indexed> => {
   const seen = new Set<string>()
   const found: Array<Indexed> = []
   for (let i = state.entries.length - 1; i >= 0; i--) {
     const indexed = state.entries[i]!
     const { entry } = indexed
-    if (entry.device !== device || seen.has(entry.manifest)) continue
+    if (entry.device !== device || seen.has(entry.manifest) || Journal.isHidden(state, indexed)) continue
     if ("model" in selector ? entry.model !== selector.model : entry.role !== selector.role) continue
     seen.add(entry.manifest)
     found.push(indexed)

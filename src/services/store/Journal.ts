@@ -1,6 +1,8 @@
 /**
  * The activation journal: append-only JSONL at `<root>/journal.jsonl`, one versioned entry per
- * line. The newest entry per (model, device) wins, by journal order. Every function here expects
+ * line: an activation (schema version 1) or a deactivation (`store rm`, schema version 2). The
+ * newest entry per (model, device) wins, by journal order: a deactivation hides every activation
+ * of its (model, device) before it, and a later activation is active again. Every function here expects
  * the caller to hold the store lock. Reading recovers a torn tail (bytes after the last newline:
  * a partial line or a NUL-filled tail) by copying it to `<root>/recovered/` and truncating; any
  * other defect (a bad line before the tail, a missing field, an unknown version) is a
@@ -39,18 +41,52 @@ export const EntryV1 = Schema.Struct({
 })
 export type Entry = typeof EntryV1.Type
 
-/** An entry and the 1-based line it was read from. */
+/**
+ * Deactivation entry, schema version 2 (activations are still written as version 1, so a journal
+ * without deactivations stays readable by versions that know only version 1; one that has them
+ * is refused there as an unknown version, rather than its removed models coming back).
+ */
+export const DeactivationV2 = Schema.Struct({
+  v: Schema.Literal(2),
+  op: Schema.Literal("deactivate"),
+  model: ModelName,
+  device: DeviceName,
+  /** The revision that was active: a later activation of an older one is a rollback. */
+  revision: Schema.Int.pipe(Schema.positive()),
+  at: Schema.String
+})
+export type Deactivation = typeof DeactivationV2.Type
+
+/** Any line of the journal. */
+export type Line = Entry | Deactivation
+
+export const isDeactivation = (line: Line): line is Deactivation => line.v === 2
+
+/** An activation and the 1-based line it was read from. */
 export interface Indexed {
   readonly entry: Entry
   readonly line: number
 }
 
+/** A deactivation and the 1-based line it was read from. */
+export interface IndexedDeactivation {
+  readonly entry: Deactivation
+  readonly line: number
+}
+
 /** What the journal says, in order. */
 export interface State {
+  /** Every activation, in journal order (those a later deactivation hides among them: see `isHidden`). */
   readonly entries: ReadonlyArray<Indexed>
-  /** Newest entry per `key(model, device)`. */
+  /** Newest activation per `key(model, device)`, unless a deactivation came after it. */
   readonly newest: ReadonlyMap<string, Indexed>
+  /** Newest deactivation per `key(model, device)`. */
+  readonly deactivated: ReadonlyMap<string, IndexedDeactivation>
 }
+
+/** True when a deactivation of its (model, device) came after the activation. */
+export const isHidden = (state: State, indexed: Indexed): boolean =>
+  (state.deactivated.get(key(indexed.entry.model, indexed.entry.device))?.line ?? 0) > indexed.line
 
 export const key = (model: string, device: string) => `${model}\u0000${device}`
 
@@ -58,10 +94,11 @@ export const fileName = "journal.jsonl"
 export const recoveredDir = "recovered"
 
 const decodeEntry = Schema.decodeUnknownEither(EntryV1, { onExcessProperty: "error" })
+const decodeDeactivation = Schema.decodeUnknownEither(DeactivationV2, { onExcessProperty: "error" })
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 
 /** Parses one complete line (without its newline). */
-export const parseLine = (bytes: Uint8Array, line: number, path: string): Either.Either<Entry, JournalCorrupt> => {
+export const parseLine = (bytes: Uint8Array, line: number, path: string): Either.Either<Line, JournalCorrupt> => {
   const corrupt = (reason: string) => Either.left(new JournalCorrupt({ path, line, reason }))
   if (bytes.length === 0) return corrupt("empty line")
   if (bytes.includes(0)) return corrupt("NUL bytes inside the journal")
@@ -73,22 +110,28 @@ export const parseLine = (bytes: Uint8Array, line: number, path: string): Either
   }
   if (typeof value !== "object" || value === null || Array.isArray(value)) return corrupt("not a JSON object")
   if (!("v" in value)) return corrupt("missing field v (schema version)")
-  if (value.v !== 1) return corrupt(`unknown schema version ${JSON.stringify(value.v)}`)
-  const decoded = decodeEntry(value)
+  if (value.v !== 1 && value.v !== 2) return corrupt(`unknown schema version ${JSON.stringify(value.v)}`)
+  const decoded: Either.Either<Line, ParseResult.ParseError> = value.v === 1 ? decodeEntry(value) : decodeDeactivation(value)
   if (Either.isLeft(decoded)) return corrupt(ParseResult.TreeFormatter.formatErrorSync(decoded.left))
   return Either.right(decoded.right)
 }
 
+/** A line of either kind and the 1-based line it was read from. */
+export interface IndexedLine {
+  readonly entry: Line
+  readonly line: number
+}
+
 /**
- * Splits a journal's bytes into complete lines and a tail. `entries` are decoded; `tail` is the
- * byte offset where the torn tail starts (`bytes.length` when there is none).
+ * Splits a journal's bytes into complete lines and a tail. `entries` are the decoded lines of
+ * either kind; `tail` is the byte offset where the torn tail starts (`bytes.length` when there is none).
  */
 export const parse = (
   bytes: Uint8Array,
   path: string,
   firstLine = 1
-): Either.Either<{ readonly entries: ReadonlyArray<Indexed>; readonly tail: number }, JournalCorrupt> => {
-  const entries: Array<Indexed> = []
+): Either.Either<{ readonly entries: ReadonlyArray<IndexedLine>; readonly tail: number }, JournalCorrupt> => {
+  const entries: Array<IndexedLine> = []
   let start = 0
   let line = firstLine
   for (;;) {
@@ -104,33 +147,51 @@ export const parse = (
 }
 
 /** An entry's line, canonical JSON and a newline. */
-export const encodeLine = (entry: Entry): Buffer => Buffer.from(`${canonicalJson(entry)}\n`, "utf8")
+export const encodeLine = (entry: Line): Buffer => Buffer.from(`${canonicalJson(entry)}\n`, "utf8")
 
 /** The journal of one store root; callers hold the store lock around every call. */
 export interface Journal {
   readonly path: string
   /** Reads new lines (recovering a torn tail) and returns the whole state. */
   readonly read: Effect.Effect<State, JournalCorrupt | UnsafePath | StoreIoError>
-  /** Appends one entry (fsynced) and returns the new state. Call `read` first under the same lock. */
+  /** Appends one activation (fsynced) and returns the new state. Call `read` first under the same lock. */
   readonly append: (entry: Omit<Entry, "v" | "at">) => Effect.Effect<State, JournalCorrupt | UnsafePath | StoreIoError>
+  /** Appends one deactivation (fsynced) and returns the new state. Call `read` first under the same lock. */
+  readonly appendDeactivation: (
+    entry: Omit<Deactivation, "v" | "op" | "at">
+  ) => Effect.Effect<State, JournalCorrupt | UnsafePath | StoreIoError>
 }
 
 interface Cache {
   dev: bigint
   ino: bigint
   offset: number
+  /** Complete lines read so far, of either kind. */
+  lines: number
   entries: Array<Indexed>
   newest: Map<string, Indexed>
+  deactivated: Map<string, IndexedDeactivation>
 }
 
-const emptyCache = (): Cache => ({ dev: -1n, ino: -1n, offset: 0, entries: [], newest: new Map() })
+const emptyCache = (): Cache => ({ dev: -1n, ino: -1n, offset: 0, lines: 0, entries: [], newest: new Map(), deactivated: new Map() })
 
-const stateOf = (cache: Cache): State => ({ entries: cache.entries.slice(), newest: new Map(cache.newest) })
+const stateOf = (cache: Cache): State => ({
+  entries: cache.entries.slice(),
+  newest: new Map(cache.newest),
+  deactivated: new Map(cache.deactivated)
+})
 
-const addEntries = (cache: Cache, entries: ReadonlyArray<Indexed>) => {
-  for (const indexed of entries) {
-    cache.entries.push(indexed)
-    cache.newest.set(key(indexed.entry.model, indexed.entry.device), indexed)
+const addEntries = (cache: Cache, lines: ReadonlyArray<IndexedLine>) => {
+  for (const { entry, line } of lines) {
+    const k = key(entry.model, entry.device)
+    if (isDeactivation(entry)) {
+      cache.deactivated.set(k, { entry, line })
+      cache.newest.delete(k)
+    } else {
+      cache.entries.push({ entry, line })
+      cache.newest.set(k, { entry, line })
+    }
+    cache.lines = line
   }
 }
 
@@ -219,7 +280,7 @@ export const make = (root: string): Effect.Effect<Journal, never, Scope.Scope> =
         got += n
       }
       const chunk = bytes.subarray(0, got)
-      const parsed = parse(chunk, path, cache.entries.length + 1)
+      const parsed = parse(chunk, path, cache.lines + 1)
       if (Either.isLeft(parsed)) {
         cache = emptyCache()
         return yield* Effect.fail(parsed.left)
@@ -232,10 +293,9 @@ export const make = (root: string): Effect.Effect<Journal, never, Scope.Scope> =
       return stateOf(cache)
     }).pipe(Fs.orStoreError)
 
-    const append = (fields: Omit<Entry, "v" | "at">) =>
+    const appendLine = (make: (at: string) => Line) =>
       Effect.gen(function*() {
-        const at = new Date(yield* Clock.currentTimeMillis).toISOString()
-        const entry: Entry = { v: 1, ...fields, at }
+        const entry = make(new Date(yield* Clock.currentTimeMillis).toISOString())
         const line = encodeLine(entry)
         const opened = yield* ensureOpen(true)
         if (Option.isNone(opened)) return yield* Effect.die(new Error("unreachable: journal not created"))
@@ -248,10 +308,14 @@ export const make = (root: string): Effect.Effect<Journal, never, Scope.Scope> =
         yield* Fs.writeAll(fd, path, line)
         yield* Fs.fsync(fd, path)
         if (created) yield* Fs.fsyncDir(root)
-        addEntries(cache, [{ entry, line: cache.entries.length + 1 }])
+        addEntries(cache, [{ entry, line: cache.lines + 1 }])
         cache.offset += line.length
         return stateOf(cache)
       }).pipe(Fs.orStoreError)
 
-    return { path, read, append }
+    const append = (fields: Omit<Entry, "v" | "at">) => appendLine((at): Entry => ({ v: 1, ...fields, at }))
+    const appendDeactivation = (fields: Omit<Deactivation, "v" | "op" | "at">) =>
+      appendLine((at): Deactivation => ({ v: 2, op: "deactivate", ...fields, at }))
+
+    return { path, read, append, appendDeactivation }
   })

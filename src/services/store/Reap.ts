@@ -24,7 +24,7 @@ export const make = (parts: Parts, reading: Candidates.Reading) => {
    */
   const referencedBy = (state: Journal.State) =>
     Effect.gen(function*() {
-      const referenced = new Set<string>()
+      const referenced = new Set<Digest.Digest>()
       for (const indexed of state.newest.values()) {
         const manifest = yield* manifests.readReferenced(indexed.entry.manifest)
         for (const artifact of manifest.artifacts) referenced.add(artifact.digest)

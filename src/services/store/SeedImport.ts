@@ -15,7 +15,7 @@ import type * as Activating from "./Activation.js"
 import * as Blobs from "./Blobs.js"
 import * as Dir from "./Dir.js"
 import * as Fs from "./Fs.js"
-import type * as Journal from "./Journal.js"
+import * as Journal from "./Journal.js"
 import * as Owner from "./Owner.js"
 import type { Parts } from "./Parts.js"
 import type * as ReaderLeases from "./ReaderLeases.js"
@@ -78,11 +78,13 @@ export const make = (
 
   /**
    * Why a seed manifest stays staged: its role has (on the default device) an activation of
-   * another model: the user's choice, which a package upgrade must not replace.
+   * another model, not since deactivated: the user's choice, which a package upgrade must not replace.
    */
   const seedHeldBack = (manifest: Manifest) => (state: Journal.State): string | undefined => {
     for (let i = state.entries.length - 1; i >= 0; i--) {
-      const { entry, line } = state.entries[i]!
+      const indexed = state.entries[i]!
+      const { entry, line } = indexed
+      if (Journal.isHidden(state, indexed)) continue
       if (entry.role === manifest.role && entry.device === config.device && entry.model !== manifest.name) {
         return `${manifest.role} has an activation of ${entry.model} (revision ${entry.revision}, journal line ${line})`
       }

@@ -99,7 +99,8 @@ export const make: Effect.Effect<
     const number = yield* Ref.updateAndGet(incarnations, (n) => n + 1)
     const scope = yield* Scope.fork(childrenScope, ExecutionStrategy.sequential)
     const failure = yield* Effect.gen(function*() {
-      const incarnation = yield* acquire(number, setState).pipe(
+      // A repair's stages keep the reason: the failure they repair.
+      const incarnation = yield* acquire(number, (stage) => setState(stage, last?.reason)).pipe(
         Effect.tapError((failed) =>
           Effect.zipRight(
             last === undefined ? Effect.void : log.append({ kind: last.kind, reason: last.reason, outcome: "failed" }),
@@ -176,10 +177,18 @@ export const make: Effect.Effect<
         ? Effect.succeed(s.value.current)
         : Effect.fail(new EngineUnavailable({ reason: Option.match(s, { onNone: () => "stopped", onSome: (v) => v.reason ?? v.state }) }))
     ),
-    Effect.timeoutFail({
+    Effect.timeoutTo({
       duration: config.readyTimeout,
-      onTimeout: () => new EngineUnavailable({ reason: `no ready engine within ${Duration.format(config.readyTimeout)}` })
-    })
+      onSuccess: Effect.succeed,
+      onTimeout: () =>
+        Effect.flatMap(SubscriptionRef.get(status), (s) =>
+          Effect.fail(
+            new EngineUnavailable({
+              reason: `no ready engine within ${Duration.format(config.readyTimeout)} (${s.state}${s.reason === undefined ? "" : `: ${s.reason}`})`
+            })
+          ))
+    }),
+    Effect.flatten
   )
 
   const onReady: Supervisor["onReady"] = (call, deadline = config.stepDeadline) =>
