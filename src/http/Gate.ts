@@ -1,6 +1,8 @@
 /**
  * What every request passes before its route (the server's global middleware, which also spans
- * the sending of a streamed body): the API key (401 with `WWW-Authenticate: Bearer`), the declared
+ * the sending of a streamed body): its origin (a browser's request from another site's page is
+ * refused with 403: without it, any web page could make a visitor's browser post to a local
+ * server that has no key, as Ollama also guards against), the API key (401 with `WWW-Authenticate: Bearer`), the declared
  * body size (413), and a place among the requests in flight (429 with Retry-After), each refusal
  * in the shape of the API the path belongs to. Bodies sent without a length are held to the same
  * limit while they are read (`MaxBodySize`, and JsonBody's own count). `GET /health` needs no key
@@ -20,7 +22,7 @@ import * as Console from "./Console.js"
 import * as ErrorBodies from "./ErrorBodies.js"
 import { HttpConfig } from "./HttpConfig.js"
 import { InFlight } from "./InFlight.js"
-import { bodyTooLarge, tooManyRequests, unauthorized } from "./ServerRefusals.js"
+import { bodyTooLarge, crossOrigin, tooManyRequests, unauthorized } from "./ServerRefusals.js"
 
 /** Paths served without a key and outside the in-flight limit. */
 export const openPaths: ReadonlySet<string> = new Set(["/health", ...Console.paths])
@@ -35,6 +37,21 @@ export const pathOf = (url: string): string => {
 const declaredLength = (headers: Headers.Headers): number | undefined => {
   const length = headers["content-length"]
   return length === undefined ? undefined : Number(length)
+}
+
+/**
+ * Whether a browser sent the request for a page of another origin: its `Origin` header (which
+ * browsers set on cross-origin requests and on every POST) names a host other than the one the
+ * request was sent to. Clients that are not browsers send no Origin.
+ */
+export const isCrossOrigin = (headers: Headers.Headers): boolean => {
+  const origin = headers["origin"]
+  if (origin === undefined) return false
+  try {
+    return new URL(origin).host !== headers["host"]
+  } catch {
+    return true
+  }
 }
 
 /** The middleware, built once per server (the key's digest is computed here, not per request). */
@@ -52,6 +69,9 @@ export const make = Effect.gen(function*() {
     Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
       const path = pathOf(request.url)
       const open = openPaths.has(path)
+      if (isCrossOrigin(request.headers)) {
+        return Effect.succeed(ErrorBodies.forPath(path, crossOrigin(request.headers["origin"] ?? "")))
+      }
       if (checkKey !== undefined && !open) {
         const verdict = checkKey(request.headers)
         if (verdict !== "accepted") {

@@ -7,9 +7,9 @@
 import type { ProviderError } from "../services/ProviderError.js"
 
 export interface Refusal {
-  readonly status: 400 | 401 | 404 | 413 | 429 | 500 | 501 | 503
+  readonly status: 400 | 401 | 403 | 404 | 413 | 429 | 500 | 501 | 503
   /** OpenAI's `error.type`. */
-  readonly type: "invalid_request_error" | "authentication_error" | "not_found_error" | "rate_limit_error" | "server_error" | "unavailable_error"
+  readonly type: "invalid_request_error" | "authentication_error" | "permission_error" | "not_found_error" | "rate_limit_error" | "server_error" | "unavailable_error"
   /** OpenAI's `error.code`: a stable name for the case (`context_length_exceeded`, `queue_full`, ...). */
   readonly code: string
   /** The request field at fault (OpenAI's `error.param`), as the client named it where known. */

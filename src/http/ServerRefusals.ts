@@ -1,7 +1,7 @@
 /**
  * The refusals the server makes itself, before or around any route, in the shared classification
- * (Refusals.ts): a missing or wrong API key, a body over the size limit, and one request more than
- * the in-flight limit. Each names the limit and the setting that raises it.
+ * (Refusals.ts): a request from another site's web page, a missing or wrong API key, a body over
+ * the size limit, and one request more than the in-flight limit. Each names the limit and the setting that raises it.
  */
 import type { Refusal } from "./Refusals.js"
 
@@ -16,6 +16,16 @@ export const unauthorized = (verdict: KeyVerdict): Refusal => ({
   message: verdict === "missing"
     ? "this server needs an API key: send it as `Authorization: Bearer <key>`"
     : "the API key is not valid"
+})
+
+/** A browser sent the request for a page of another origin (cross-site request forgery). */
+export const crossOrigin = (origin: string): Refusal => ({
+  status: 403,
+  type: "permission_error",
+  code: "cross_origin",
+  param: null,
+  message: `requests from web pages of other origins are refused (Origin ${origin}): ` +
+    "only the server's own pages (the console) may call it from a browser"
 })
 
 /** `size`: the body's length (declared, or counted when it was sent without one). */

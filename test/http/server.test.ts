@@ -410,6 +410,25 @@ describe("HTTP server limits", () => {
       assert.strictEqual((yield* fetchIn(`${server.baseUrl}/health`)).status, 200)
       assert.strictEqual((yield* fetchIn(`${server.baseUrl}/health?x=1`)).status, 200)
     }).pipe(Effect.scoped))
+
+  it.live("a browser's request from another origin's page is 403 before anything runs; the server's own origin and clients without Origin pass", () =>
+    Effect.gen(function*() {
+      const server = yield* testServer()
+      const post = (headers: Record<string, string>) =>
+        fetchIn(`${server.baseUrl}/api/echo`, { method: "POST", body: "{}", headers: { "content-type": "text/plain", ...headers } })
+      const forged = yield* post({ origin: "http://evil.example" })
+      assert.strictEqual(forged.status, 403)
+      assert.deepStrictEqual(yield* jsonOf(forged), {
+        error: "requests from web pages of other origins are refused (Origin http://evil.example): " +
+          "only the server's own pages (the console) may call it from a browser"
+      })
+      const opaque = yield* fetchIn(`${server.baseUrl}/v1/events`, { headers: { origin: "null" } })
+      assert.strictEqual(opaque.status, 403)
+      assert.strictEqual(((yield* jsonOf(opaque)) as { error: { code: string } }).error.code, "cross_origin")
+      assert.strictEqual(server.probes.started, 0)
+      assert.notStrictEqual((yield* post({ origin: server.baseUrl })).status, 403)
+      assert.notStrictEqual((yield* post({})).status, 403)
+    }).pipe(Effect.scoped))
 })
 
 describe("HTTP slow clients and connections", () => {
