@@ -1,5 +1,5 @@
 /**
- * Streamed responses: server-sent events (OpenAI: `:\n\n` at once, `data: <json>\n\n` per
+ * Streamed responses: server-sent events (OpenAI: `:\n\n` at once unless left out, `data: <json>\n\n` per
  * element, then `data: [DONE]\n\n`) and newline-delimited JSON (Ollama: one object a line). A failure in
  * mid-stream, after the status has been sent, becomes one last element in the API's shape (the
  * `onFailure` mapping), and the response ends. The response's body runs in the request's fiber:
@@ -8,6 +8,7 @@
  */
 import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Chunk from "effect/Chunk"
+import { identity } from "effect/Function"
 import * as Stream from "effect/Stream"
 
 const encoder = new TextEncoder()
@@ -31,15 +32,20 @@ export interface EventStreamOptions<E> {
   readonly onFailure: (error: E) => unknown
   /** Send `data: [DONE]` after the last element (OpenAI's end marker). Default true. */
   readonly endMarker?: boolean | undefined
+  /**
+   * Send the opening comment. Default true; a route that has awaited its stream's first element
+   * before answering (so that a refusal keeps its status) has its first bytes ready and leaves it out.
+   */
+  readonly opening?: boolean | undefined
   readonly status?: number | undefined
 }
 
-/** A `text/event-stream` response of `events`, each element's JSON as one event, after an opening comment. */
+/** A `text/event-stream` response of `events`, each element's JSON as one event, after an opening comment (unless left out). */
 export const serverSentEvents = <A, E>(events: Stream.Stream<A, E>, options: EventStreamOptions<E>): HttpServerResponse.HttpServerResponse =>
   HttpServerResponse.stream(
     events.pipe(
       Stream.map(event),
-      Stream.prepend(Chunk.of(opening)),
+      options.opening === false ? identity : Stream.prepend(Chunk.of(opening)),
       Stream.concat(options.endMarker === false ? Stream.empty : Stream.succeed(done)),
       Stream.catchAll((error) => Stream.succeed(event(options.onFailure(error))))
     ),

@@ -24,23 +24,19 @@ import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import * as ErrorBodies from "./ErrorBodies.js"
 import { HttpConfig } from "./HttpConfig.js"
+import * as EventStream from "./EventStream.js"
+import { type BodyRefused, readJson } from "./JsonBody.js"
 import { KeyedConversations } from "./KeyedConversations.js"
 import type { Refusal } from "./Refusals.js"
-import { readJson } from "./openai/Body.js"
 import { chatCompletion, chatStream } from "./openai/ChatResponse.js"
 import { completion, completionStream } from "./openai/CompletionResponse.js"
-import { decodeBody } from "./openai/Decode.js"
 import { type KeySource, refusalFor } from "./openai/Errors.js"
-import * as EventStream from "./openai/EventStream.js"
 import { conversationKeyOf, laneOf } from "./openai/Extensions.js"
 import { generationModel, modelNotFound, modelObject } from "./openai/Models.js"
 import { Refused } from "./openai/Refused.js"
 import { ChatCompletionRequest, CompletionRequest } from "./openai/Requests.js"
 import { chatRequest, completionRequest, type OpenGenerateRequest, type ParamNames } from "./openai/ToGenerate.js"
 import type { Done } from "./openai/Usage.js"
-
-const decodeChat = decodeBody(ChatCompletionRequest)
-const decodeCompletion = decodeBody(CompletionRequest)
 
 /** The error event a stream ends with, in OpenAI's error shape. */
 const errorBody = (refusal: Refusal) => ({
@@ -126,16 +122,18 @@ const runStreamed = (
         onSome: (e) => Effect.fail(refused(refusalFor(e, errors)))
       }))
     )
-    const events = Stream.concat(Stream.fromChunk(first), Stream.repeatEffectChunkOption(pull)).pipe(
-      Stream.mapConcat((chunk) => eventsOf(chunk).map(EventStream.event)),
-      Stream.concat(Stream.succeed(EventStream.done)),
-      Stream.catchAll((e) => Stream.succeed(EventStream.event(errorBody(refusalFor(e, errors)))))
-    )
-    return EventStream.response(Stream.concat(Stream.fromIterable(start.map(EventStream.event)), events))
+    const events = Stream.concat(Stream.fromChunk(first), Stream.repeatEffectChunkOption(pull)).pipe(Stream.mapConcat(eventsOf))
+    return EventStream.serverSentEvents(Stream.concat(Stream.fromIterable(start), events), {
+      onFailure: (e) => errorBody(refusalFor(e, errors)),
+      opening: false
+    })
   })
 
-const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, Refused, R>) =>
-  Effect.catchTag(handler, "Refused", (e) => Effect.succeed(ErrorBodies.openAi(e.refusal)))
+const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, Refused | BodyRefused, R>) =>
+  Effect.catchTags(handler, {
+    Refused: (e) => Effect.succeed(ErrorBodies.openAi(e.refusal)),
+    BodyRefused: (e) => Effect.succeed(ErrorBodies.openAi(e.refusal))
+  })
 
 /**
  * What both generation routes do once the body is mapped: the extensions read from the headers,
@@ -160,7 +158,7 @@ const idOf = (prefix: string) => `${prefix}-${Crypto.randomUUID().replace(/-/g, 
 
 const chatCompletions = Effect.fn("OpenAi.chatCompletions")(
   function*(request: HttpServerRequest.HttpServerRequest) {
-    const body = yield* decodeChat(yield* readJson(request))
+    const body = yield* readJson(ChatCompletionRequest)
     const mapped = yield* chatRequest(body)
     const { errors, model, stream } = yield* start(request, body, mapped)
     const meta = {
@@ -182,7 +180,7 @@ const chatCompletions = Effect.fn("OpenAi.chatCompletions")(
 
 const completions = Effect.fn("OpenAi.completions")(
   function*(request: HttpServerRequest.HttpServerRequest) {
-    const body = yield* decodeCompletion(yield* readJson(request))
+    const body = yield* readJson(CompletionRequest)
     const mapped = yield* completionRequest(body)
     const { errors, model, stream } = yield* start(request, body, mapped)
     const meta = {
