@@ -35,7 +35,7 @@ import { conversationKeyOf, laneOf } from "./openai/Extensions.js"
 import { generationModel, modelNotFound, modelObject } from "./openai/Models.js"
 import { Refused } from "./openai/Refused.js"
 import { ChatCompletionRequest, CompletionRequest } from "./openai/Requests.js"
-import { chatRequest, completionRequest, type OpenGenerateRequest, type ParamNames } from "./openai/ToGenerate.js"
+import { chatRequest, completionRequest, type ParamNames } from "./openai/ToGenerate.js"
 import type { Done } from "./openai/Usage.js"
 
 /** The error event a stream ends with, in OpenAI's error shape. */
@@ -68,22 +68,15 @@ const readyModel = (requested: string | null | undefined) =>
   })
 
 /**
- * The generation under the client's key. Without a maximum from the client, the output may fill
- * the admitted context: the first attempt asks for all of it, and the Provider's exact count (the
- * prompt as rendered, tools and continuation included) in its ContextExceeded gives the rest.
+ * The generation under the client's key. Without a maximum from the client the request gives
+ * none: the Provider's budget is then what the admitted context leaves after the rendered prompt
+ * (tools and continuation included), and a prompt that fills the context alone is ContextExceeded.
  */
 const generation = (
-  request: OpenGenerateRequest,
-  key: string | undefined,
-  admittedContext: number | null
+  request: GenerateRequest,
+  key: string | undefined
 ): Effect.Effect<Stream.Stream<GenerateChunk, ProviderError>, never, KeyedConversations> =>
-  Effect.map(KeyedConversations, (keyed) => {
-    const run = (maxTokens: number) => keyed.generate(key, { ...request, maxTokens } satisfies GenerateRequest)
-    if (request.maxTokens !== undefined) return run(request.maxTokens)
-    return run(admittedContext ?? Number.MAX_SAFE_INTEGER).pipe(
-      Stream.catchTag("ContextExceeded", (e) => run(Math.max(1, e.admittedContext - e.promptTokens)))
-    )
-  })
+  Effect.map(KeyedConversations, (keyed) => keyed.generate(key, request))
 
 /** Everything a route needs to turn a Provider error into its refusal. */
 interface ErrorContext {
@@ -142,7 +135,7 @@ const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerR
 const start = (
   request: HttpServerRequest.HttpServerRequest,
   body: { readonly model?: string | null | undefined; readonly prompt_cache_key?: string | null | undefined },
-  mapped: { readonly request: OpenGenerateRequest; readonly params: ParamNames }
+  mapped: { readonly request: GenerateRequest; readonly params: ParamNames }
 ) =>
   Effect.gen(function*() {
     const key = yield* conversationKeyOf(request.headers, body.prompt_cache_key)
@@ -150,7 +143,7 @@ const start = (
     const role = yield* readyModel(body.model)
     const { retryAfterSeconds } = yield* HttpConfig
     const errors: ErrorContext = { params: mapped.params, key: key.source, retryAfterSeconds }
-    const stream = yield* generation({ ...mapped.request, ...(lane === undefined ? {} : { lane }) }, key.key, role.admittedContext)
+    const stream = yield* generation({ ...mapped.request, ...(lane === undefined ? {} : { lane }) }, key.key)
     return { errors, model: role.model, stream }
   })
 
