@@ -19,10 +19,9 @@ import { packageVersion } from "../internal/PackageFiles.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import * as ErrorBodies from "./ErrorBodies.js"
 import { HttpConfig } from "./HttpConfig.js"
-import { ndjson } from "./EventStream.js"
+import { ndjson, started } from "./EventStream.js"
 import * as JsonBody from "./JsonBody.js"
 import { KeyedConversations } from "./KeyedConversations.js"
-import { generation, started } from "./ollama/Generation.js"
 import * as Models from "./ollama/Models.js"
 import * as Replies from "./ollama/Replies.js"
 import * as Requests from "./ollama/Requests.js"
@@ -105,9 +104,9 @@ const makeRoutes = Effect.gen(function*() {
         done_reason: "load"
       })
     }
-    const planned = yield* Requests.chatRequest(body)
+    const request = yield* Requests.chatRequest(body)
     const key = yield* conversationKey
-    return yield* reply(Replies.chat, body.model, body.stream ?? true, generation(conversations, key, planned))
+    return yield* reply(Replies.chat, body.model, body.stream ?? true, conversations.generate(key, request))
   }))
 
   const generate = answering(Effect.gen(function*() {
@@ -118,9 +117,9 @@ const makeRoutes = Effect.gen(function*() {
       yield* Requests.checkLoadOnly(body.keep_alive)
       return HttpServerResponse.unsafeJson({ model: body.model, created_at: yield* now, response: "", done: true, done_reason: "load" })
     }
-    const planned = yield* Requests.generateRequest({ ...body, prompt })
+    const request = yield* Requests.generateRequest({ ...body, prompt })
     const key = yield* conversationKey
-    return yield* reply(Replies.generate, body.model, body.stream ?? true, generation(conversations, key, planned))
+    return yield* reply(Replies.generate, body.model, body.stream ?? true, conversations.generate(key, request))
   }))
 
   const tags = answering(Effect.gen(function*() {

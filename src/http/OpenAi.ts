@@ -15,7 +15,6 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
@@ -107,15 +106,8 @@ const runStreamed = (
   errors: ErrorContext
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, Refused, Scope.Scope> =>
   Effect.gen(function*() {
-    const pull = yield* Stream.toPull(stream)
-    const first = yield* pull.pipe(
-      Effect.repeat({ until: Chunk.isNonEmpty }),
-      Effect.catchAll(Option.match({
-        onNone: () => Effect.succeed(Chunk.empty<GenerateChunk>()),
-        onSome: (e) => Effect.fail(refused(refusalFor(e, errors)))
-      }))
-    )
-    const events = Stream.concat(Stream.fromChunk(first), Stream.repeatEffectChunkOption(pull)).pipe(Stream.mapConcat(eventsOf))
+    const whole = yield* Effect.mapError(EventStream.started(stream), (e) => refused(refusalFor(e, errors)))
+    const events = Stream.mapConcat(whole, eventsOf)
     return EventStream.serverSentEvents(Stream.concat(Stream.fromIterable(start), events), {
       onFailure: (e) => errorBody(refusalFor(e, errors)),
       opening: false
