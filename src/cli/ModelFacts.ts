@@ -7,6 +7,7 @@
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fs from "node:fs"
+import { fileTypeName } from "../domain/GgufFileType.js"
 import * as GgufHeader from "../domain/GgufHeader.js"
 import { CliFileError, reasonOf } from "./CliError.js"
 
@@ -22,17 +23,6 @@ export interface ModelFacts {
   readonly license: string | null
 }
 
-/**
- * llama.cpp's `llama_ftype` names (`LLAMA_FTYPE_MOSTLY_<name>`) by id, as node-llama-cpp 3.21.1's
- * `GgufFileType` lists them; `null` for ids llama.cpp retired.
- */
-const fileTypeNames: ReadonlyArray<string | null> = [
-  "F32", "F16", "Q4_0", "Q4_1", null, null, null, "Q8_0", "Q5_0", "Q5_1",
-  "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
-  "IQ2_XXS", "IQ2_XS", "Q2_K_S", "IQ3_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ3_M", "IQ2_S", "IQ2_M",
-  "IQ4_XS", "IQ1_M", "BF16", null, null, null, "TQ1_0", "TQ2_0", "MXFP4_MOE", "NVFP4", "Q1_0", "Q2_0"
-]
-
 const text = (value: GgufHeader.GgufValue | undefined): string | null => (typeof value === "string" ? value : null)
 const count = (value: GgufHeader.GgufValue | undefined): number | null => (typeof value === "number" ? value : null)
 
@@ -43,7 +33,7 @@ export const factsOf = (header: GgufHeader.GgufHeader): ModelFacts => {
     (best, entry) => (entry[1] > best[1] ? entry : best),
     ["unknown", -1]
   )[0]
-  const named = fileType === null ? undefined : fileTypeNames[fileType]
+  const named = fileType === null ? undefined : fileTypeName(fileType)
   return {
     architecture: header.architecture,
     parameterCount: header.parameterCount,

@@ -7,9 +7,10 @@
  * The failure carries a `Refusal` the route writes in its API's shape (`ErrorBodies`):
  * - a body over `maxBodyBytes` (one sent without Content-Length; a declared one was refused by the
  *   gate already): 413 `body_too_large`, once the client has sent it all;
- * - empty, not UTF-8, or not JSON: 400 `invalid_json`;
+ * - empty, not UTF-8, or not JSON: 400 `invalid_json` (an API may word the empty case its own way:
+ *   Ollama's "missing request body");
  * - JSON that is not the schema: 400 `invalid_value`, `param` the path of the first issue as the
- *   client wrote it (`messages[1].content`), the message naming it.
+ *   client wrote it (`messages[1].content`), the message naming it (`invalid messages[1].content: ...`).
  * Fields the schema does not name are ignored (clients send more than any server reads). The
  * content type is not checked: curl's `-d` sends `application/x-www-form-urlencoded`, and
  * Ollama's documentation uses it that way.
@@ -68,10 +69,17 @@ const readBytes = (request: HttpServerRequest.HttpServerRequest, limit: number):
 
 const utf8 = new TextDecoder("utf-8", { fatal: true })
 
+export interface ReadOptions {
+  /** The message for an empty body. Default: "the request body is empty: expected JSON". */
+  readonly emptyBody?: string | undefined
+}
+
 /** The text as JSON. */
-export const parseJson = (bytes: Uint8Array): Effect.Effect<unknown, BodyRefused> =>
+export const parseJson = (bytes: Uint8Array, options: ReadOptions = {}): Effect.Effect<unknown, BodyRefused> =>
   Effect.suspend(() => {
-    if (bytes.length === 0) return Effect.fail(refused(badRequest("the request body is empty: expected JSON", null, "invalid_json")))
+    if (bytes.length === 0) {
+      return Effect.fail(refused(badRequest(options.emptyBody ?? "the request body is empty: expected JSON", null, "invalid_json")))
+    }
     let text: string
     try {
       text = utf8.decode(bytes)
@@ -120,19 +128,20 @@ export const decode = <A, I, R>(schema: Schema.Schema<A, I, R>) => {
     Effect.mapError(decodeUnknown(value), (error) => {
       const issue = firstIssue(error.issue)
       const param = paramOf(issue.path)
-      return refused(badRequest(param === null ? issue.message : `${param}: ${issue.message}`, param))
+      return refused(badRequest(param === null ? issue.message : `invalid ${param}: ${issue.message}`, param))
     })
 }
 
 /** The request's body as JSON decoded with `schema`, under HttpConfig's `maxBodyBytes`. */
 export const readJson = <A, I, R>(
-  schema: Schema.Schema<A, I, R>
+  schema: Schema.Schema<A, I, R>,
+  options: ReadOptions = {}
 ): Effect.Effect<A, BodyRefused, R | HttpServerRequest.HttpServerRequest | HttpConfig> => {
   const decodeBody = decode(schema)
   return Effect.gen(function*() {
     const request = yield* HttpServerRequest.HttpServerRequest
     const { maxBodyBytes } = yield* HttpConfig
     const bytes = yield* readBytes(request, maxBodyBytes)
-    return yield* decodeBody(yield* parseJson(bytes))
+    return yield* decodeBody(yield* parseJson(bytes, options))
   })
 }

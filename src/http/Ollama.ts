@@ -12,17 +12,17 @@ import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import type * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import type { GenerateChunk } from "../domain/Inference.js"
 import { packageVersion } from "../internal/PackageFiles.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import * as ErrorBodies from "./ErrorBodies.js"
 import { HttpConfig } from "./HttpConfig.js"
+import { ndjson, started } from "./EventStream.js"
+import * as JsonBody from "./JsonBody.js"
 import { KeyedConversations } from "./KeyedConversations.js"
-import * as Body from "./ollama/Body.js"
-import { generation, started } from "./ollama/Generation.js"
 import * as Models from "./ollama/Models.js"
-import * as Ndjson from "./ollama/Ndjson.js"
 import * as Replies from "./ollama/Replies.js"
 import * as Requests from "./ollama/Requests.js"
 import * as Unsupported from "./ollama/Unsupported.js"
@@ -73,9 +73,9 @@ const makeRoutes = Effect.gen(function*() {
       ? Effect.gen(function*() {
         const lines = Replies.streamLines(shape, model)
         const whole = yield* Effect.mapError(started(chunks), refusalOfProvider)
-        return Ndjson.response(
+        return ndjson(
           whole.pipe(Stream.mapChunksEffect((chunk) => Effect.map(now, (at) => Chunk.map(chunk, (c) => lines(c, at))))),
-          (error) => refusalOfProvider(error).message
+          { onFailure: (error) => ({ error: refusalOfProvider(error).message }) }
         )
       })
       : Effect.gen(function*() {
@@ -85,10 +85,14 @@ const makeRoutes = Effect.gen(function*() {
         return HttpServerResponse.unsafeJson(whole)
       })
 
+  /** The body decoded with `schema`; an empty one is Ollama's "missing request body". */
+  const readJson = <A, I>(schema: Schema.Schema<A, I>) =>
+    Effect.mapError(JsonBody.readJson(schema, { emptyBody: "missing request body" }), (refused) => refused.refusal)
+
   const conversationKey = Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => Requests.conversationKeyOf(request.headers))
 
   const chat = answering(Effect.gen(function*() {
-    const body = yield* Body.readJson(Wire.ChatRequest)
+    const body = yield* readJson(Wire.ChatRequest)
     yield* modelFor(body.model, "chat", body.think, (body.tools?.length ?? 0) > 0)
     if ((body.messages ?? []).length === 0) {
       yield* Requests.checkLoadOnly(body.keep_alive)
@@ -100,22 +104,22 @@ const makeRoutes = Effect.gen(function*() {
         done_reason: "load"
       })
     }
-    const planned = yield* Requests.chatRequest(body)
+    const request = yield* Requests.chatRequest(body)
     const key = yield* conversationKey
-    return yield* reply(Replies.chat, body.model, body.stream ?? true, generation(conversations, key, planned))
+    return yield* reply(Replies.chat, body.model, body.stream ?? true, conversations.generate(key, request))
   }))
 
   const generate = answering(Effect.gen(function*() {
-    const body = yield* Body.readJson(Wire.GenerateRequest)
+    const body = yield* readJson(Wire.GenerateRequest)
     yield* modelFor(body.model, "generate", body.think, false)
     const prompt = body.prompt ?? ""
     if (prompt === "") {
       yield* Requests.checkLoadOnly(body.keep_alive)
       return HttpServerResponse.unsafeJson({ model: body.model, created_at: yield* now, response: "", done: true, done_reason: "load" })
     }
-    const planned = yield* Requests.generateRequest({ ...body, prompt })
+    const request = yield* Requests.generateRequest({ ...body, prompt })
     const key = yield* conversationKey
-    return yield* reply(Replies.generate, body.model, body.stream ?? true, generation(conversations, key, planned))
+    return yield* reply(Replies.generate, body.model, body.stream ?? true, conversations.generate(key, request))
   }))
 
   const tags = answering(Effect.gen(function*() {
@@ -156,7 +160,7 @@ const makeRoutes = Effect.gen(function*() {
   }))
 
   const show = answering(Effect.gen(function*() {
-    const body = yield* Body.readJson(Wire.ShowRequest)
+    const body = yield* readJson(Wire.ShowRequest)
     const requested = body.model ?? body.name
     if (requested === undefined || requested === "") return yield* Effect.fail(badRequest("model is required", "model"))
     const model = yield* models.resolve(requested, { ready: false })

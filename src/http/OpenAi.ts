@@ -15,7 +15,6 @@ import * as HttpServerResponse from "@effect/platform/HttpServerResponse"
 import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Effect from "effect/Effect"
-import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
@@ -24,23 +23,19 @@ import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import * as ErrorBodies from "./ErrorBodies.js"
 import { HttpConfig } from "./HttpConfig.js"
+import * as EventStream from "./EventStream.js"
+import { type BodyRefused, readJson } from "./JsonBody.js"
 import { KeyedConversations } from "./KeyedConversations.js"
 import type { Refusal } from "./Refusals.js"
-import { readJson } from "./openai/Body.js"
 import { chatCompletion, chatStream } from "./openai/ChatResponse.js"
 import { completion, completionStream } from "./openai/CompletionResponse.js"
-import { decodeBody } from "./openai/Decode.js"
 import { type KeySource, refusalFor } from "./openai/Errors.js"
-import * as EventStream from "./openai/EventStream.js"
 import { conversationKeyOf, laneOf } from "./openai/Extensions.js"
 import { generationModel, modelNotFound, modelObject } from "./openai/Models.js"
 import { Refused } from "./openai/Refused.js"
 import { ChatCompletionRequest, CompletionRequest } from "./openai/Requests.js"
-import { chatRequest, completionRequest, type OpenGenerateRequest, type ParamNames } from "./openai/ToGenerate.js"
+import { chatRequest, completionRequest, type ParamNames } from "./openai/ToGenerate.js"
 import type { Done } from "./openai/Usage.js"
-
-const decodeChat = decodeBody(ChatCompletionRequest)
-const decodeCompletion = decodeBody(CompletionRequest)
 
 /** The error event a stream ends with, in OpenAI's error shape. */
 const errorBody = (refusal: Refusal) => ({
@@ -72,22 +67,15 @@ const readyModel = (requested: string | null | undefined) =>
   })
 
 /**
- * The generation under the client's key. Without a maximum from the client, the output may fill
- * the admitted context: the first attempt asks for all of it, and the Provider's exact count (the
- * prompt as rendered, tools and continuation included) in its ContextExceeded gives the rest.
+ * The generation under the client's key. Without a maximum from the client the request gives
+ * none: the Provider's budget is then what the admitted context leaves after the rendered prompt
+ * (tools and continuation included), and a prompt that fills the context alone is ContextExceeded.
  */
 const generation = (
-  request: OpenGenerateRequest,
-  key: string | undefined,
-  admittedContext: number | null
+  request: GenerateRequest,
+  key: string | undefined
 ): Effect.Effect<Stream.Stream<GenerateChunk, ProviderError>, never, KeyedConversations> =>
-  Effect.map(KeyedConversations, (keyed) => {
-    const run = (maxTokens: number) => keyed.generate(key, { ...request, maxTokens } satisfies GenerateRequest)
-    if (request.maxTokens !== undefined) return run(request.maxTokens)
-    return run(admittedContext ?? Number.MAX_SAFE_INTEGER).pipe(
-      Stream.catchTag("ContextExceeded", (e) => run(Math.max(1, e.admittedContext - e.promptTokens)))
-    )
-  })
+  Effect.map(KeyedConversations, (keyed) => keyed.generate(key, request))
 
 /** Everything a route needs to turn a Provider error into its refusal. */
 interface ErrorContext {
@@ -118,24 +106,19 @@ const runStreamed = (
   errors: ErrorContext
 ): Effect.Effect<HttpServerResponse.HttpServerResponse, Refused, Scope.Scope> =>
   Effect.gen(function*() {
-    const pull = yield* Stream.toPull(stream)
-    const first = yield* pull.pipe(
-      Effect.repeat({ until: Chunk.isNonEmpty }),
-      Effect.catchAll(Option.match({
-        onNone: () => Effect.succeed(Chunk.empty<GenerateChunk>()),
-        onSome: (e) => Effect.fail(refused(refusalFor(e, errors)))
-      }))
-    )
-    const events = Stream.concat(Stream.fromChunk(first), Stream.repeatEffectChunkOption(pull)).pipe(
-      Stream.mapConcat((chunk) => eventsOf(chunk).map(EventStream.event)),
-      Stream.concat(Stream.succeed(EventStream.done)),
-      Stream.catchAll((e) => Stream.succeed(EventStream.event(errorBody(refusalFor(e, errors)))))
-    )
-    return EventStream.response(Stream.concat(Stream.fromIterable(start.map(EventStream.event)), events))
+    const whole = yield* Effect.mapError(EventStream.started(stream), (e) => refused(refusalFor(e, errors)))
+    const events = Stream.mapConcat(whole, eventsOf)
+    return EventStream.serverSentEvents(Stream.concat(Stream.fromIterable(start), events), {
+      onFailure: (e) => errorBody(refusalFor(e, errors)),
+      opening: false
+    })
   })
 
-const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, Refused, R>) =>
-  Effect.catchTag(handler, "Refused", (e) => Effect.succeed(ErrorBodies.openAi(e.refusal)))
+const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerResponse, Refused | BodyRefused, R>) =>
+  Effect.catchTags(handler, {
+    Refused: (e) => Effect.succeed(ErrorBodies.openAi(e.refusal)),
+    BodyRefused: (e) => Effect.succeed(ErrorBodies.openAi(e.refusal))
+  })
 
 /**
  * What both generation routes do once the body is mapped: the extensions read from the headers,
@@ -144,7 +127,7 @@ const answerRefusals = <R>(handler: Effect.Effect<HttpServerResponse.HttpServerR
 const start = (
   request: HttpServerRequest.HttpServerRequest,
   body: { readonly model?: string | null | undefined; readonly prompt_cache_key?: string | null | undefined },
-  mapped: { readonly request: OpenGenerateRequest; readonly params: ParamNames }
+  mapped: { readonly request: GenerateRequest; readonly params: ParamNames }
 ) =>
   Effect.gen(function*() {
     const key = yield* conversationKeyOf(request.headers, body.prompt_cache_key)
@@ -152,7 +135,7 @@ const start = (
     const role = yield* readyModel(body.model)
     const { retryAfterSeconds } = yield* HttpConfig
     const errors: ErrorContext = { params: mapped.params, key: key.source, retryAfterSeconds }
-    const stream = yield* generation({ ...mapped.request, ...(lane === undefined ? {} : { lane }) }, key.key, role.admittedContext)
+    const stream = yield* generation({ ...mapped.request, ...(lane === undefined ? {} : { lane }) }, key.key)
     return { errors, model: role.model, stream }
   })
 
@@ -160,7 +143,7 @@ const idOf = (prefix: string) => `${prefix}-${Crypto.randomUUID().replace(/-/g, 
 
 const chatCompletions = Effect.fn("OpenAi.chatCompletions")(
   function*(request: HttpServerRequest.HttpServerRequest) {
-    const body = yield* decodeChat(yield* readJson(request))
+    const body = yield* readJson(ChatCompletionRequest)
     const mapped = yield* chatRequest(body)
     const { errors, model, stream } = yield* start(request, body, mapped)
     const meta = {
@@ -182,7 +165,7 @@ const chatCompletions = Effect.fn("OpenAi.chatCompletions")(
 
 const completions = Effect.fn("OpenAi.completions")(
   function*(request: HttpServerRequest.HttpServerRequest) {
-    const body = yield* decodeCompletion(yield* readJson(request))
+    const body = yield* readJson(CompletionRequest)
     const mapped = yield* completionRequest(body)
     const { errors, model, stream } = yield* start(request, body, mapped)
     const meta = {

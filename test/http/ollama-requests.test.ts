@@ -36,17 +36,17 @@ const chat = (fields: Partial<Wire.ChatRequest>): Wire.ChatRequest => ({
 describe("Ollama's requests", () => {
   it("options map onto sampling, the budget and stop strings, with Ollama's defaults for what is left out", () => {
     const defaults = right(Requests.chatRequest(chat({})))
-    assert.deepStrictEqual(defaults.request.sampling, { temperature: 0.8, topK: 40, topP: 0.9 })
+    assert.deepStrictEqual(defaults.sampling, { temperature: 0.8, topK: 40, topP: 0.9 })
     assert.isUndefined(defaults.maxTokens)
     const given = right(Requests.chatRequest(chat({
       options: { temperature: 0.2, top_k: 5, top_p: 0.5, seed: 7, num_predict: 12, stop: ["\n"], num_ctx: 8192, num_thread: 3 }
     })))
-    assert.deepStrictEqual(given.request.sampling, { temperature: 0.2, topK: 5, topP: 0.5, seed: 7 })
+    assert.deepStrictEqual(given.sampling, { temperature: 0.2, topK: 5, topP: 0.5, seed: 7 })
     assert.strictEqual(given.maxTokens, 12)
-    assert.deepStrictEqual(given.request.stop, ["\n"])
+    assert.deepStrictEqual(given.stop, ["\n"])
     // Ollama's -1 seed is a random one; -1 and -2 num_predict leave the budget to the context.
     const open = right(Requests.chatRequest(chat({ options: { seed: -1, num_predict: -2 } })))
-    assert.isUndefined(open.request.sampling?.seed)
+    assert.isUndefined(open.sampling?.seed)
     assert.isUndefined(open.maxTokens)
   })
 
@@ -74,7 +74,7 @@ describe("Ollama's requests", () => {
   )
 
   it("messages, tool calls, tools and logprobs map onto the Provider's; images and thinking levels are refused", () => {
-    const { request } = right(Requests.chatRequest(chat({
+    const request = right(Requests.chatRequest(chat({
       messages: [
         { role: "user", content: "weather?" },
         {
@@ -97,26 +97,26 @@ describe("Ollama's requests", () => {
     assert.deepStrictEqual(request.tools, [{ name: "get_weather", description: "weather", parameters: { type: "object", properties: {} } }])
     assert.deepStrictEqual(request.responseFormat, { type: "jsonSchema", schema: { type: "object", properties: {} } })
     assert.isFalse(request.thinking)
-    assert.deepStrictEqual(right(Requests.chatRequest(chat({ format: "json" }))).request.responseFormat, { type: "json" })
-    assert.isUndefined(right(Requests.chatRequest(chat({ format: "" }))).request.responseFormat)
+    assert.deepStrictEqual(right(Requests.chatRequest(chat({ format: "json" }))).responseFormat, { type: "json" })
+    assert.isUndefined(right(Requests.chatRequest(chat({ format: "" }))).responseFormat)
     const images = left(Requests.chatRequest(chat({ messages: [{ role: "user", content: "this?", images: ["aGk="] }] })))
     assert.strictEqual(images.param, "messages[0].images")
     assert.strictEqual(left(Requests.chatRequest(chat({ think: "low" }))).param, "think")
-    const logprobs = right(Requests.chatRequest(chat({ logprobs: true, top_logprobs: 3 }))).request
+    const logprobs = right(Requests.chatRequest(chat({ logprobs: true, top_logprobs: 3 })))
     assert.isTrue(logprobs.probabilities)
     assert.strictEqual(logprobs.topProbabilities, 3)
     // As Ollama: top_logprobs counts only with logprobs, and is 0 to 20.
-    assert.isUndefined(right(Requests.chatRequest(chat({ top_logprobs: 3 }))).request.probabilities)
+    assert.isUndefined(right(Requests.chatRequest(chat({ top_logprobs: 3 }))).probabilities)
     assert.strictEqual(left(Requests.chatRequest(chat({ logprobs: true, top_logprobs: 21 }))).param, "top_logprobs")
   })
 
   it("generate: a user turn after the system prompt, or raw text; suffix, template, context and raw with a system prompt are refused", () => {
     const templated = right(Requests.generateRequest({ model: "m", prompt: "hi", system: "be brief" }))
-    assert.deepStrictEqual(templated.request.messages, [{ role: "system", content: "be brief" }, { role: "user", content: "hi" }])
-    assert.isUndefined(templated.request.prompt)
+    assert.deepStrictEqual(templated.messages, [{ role: "system", content: "be brief" }, { role: "user", content: "hi" }])
+    assert.isUndefined(templated.prompt)
     const raw = right(Requests.generateRequest({ model: "m", prompt: "<|im_start|>user\nhi", raw: true }))
-    assert.deepStrictEqual(raw.request.messages, [])
-    assert.strictEqual(raw.request.prompt, "<|im_start|>user\nhi")
+    assert.deepStrictEqual(raw.messages, [])
+    assert.strictEqual(raw.prompt, "<|im_start|>user\nhi")
     for (
       const [fields, param] of [
         [{ suffix: "end" }, "suffix"],

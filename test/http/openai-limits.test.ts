@@ -12,6 +12,7 @@ import * as Fiber from "effect/Fiber"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import OpenAI from "openai"
+import { client, refusalOf } from "./openai-support.js"
 import { HttpTest } from "./support.js"
 
 const MODEL = "qwen-chat"
@@ -28,19 +29,6 @@ const long = {
     json_schema: { name: "long", schema: { type: "object", properties: { text: { type: "string" } } } }
   }
 }
-
-const client = Effect.map(HttpTest, ({ baseUrl }) => new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: "unused", maxRetries: 0 }))
-
-/** The client's APIError for a request the server refuses. */
-const refusalOf = <A>(request: (client: OpenAI) => Promise<A>) =>
-  Effect.flatMap(client, (openai) =>
-    Effect.flip(Effect.tryPromise({
-      try: () => request(openai),
-      catch: (error) => {
-        assert(error instanceof OpenAI.APIError, `an API error, not ${String(error)}`)
-        return error
-      }
-    })))
 
 /** Polls readiness until `until` holds (real time, bounded). */
 const awaitReadiness = (until: (r: Effect.Effect.Success<HttpTest["Type"]["provider"]["readiness"]>) => boolean) =>

@@ -9,6 +9,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import OpenAI from "openai"
 import { ensureModel } from "../../fixtures/models.js"
+import { call } from "./openai-support.js"
 import { HttpTest } from "./support.js"
 
 const MODEL = "qwen-tool"
@@ -21,10 +22,6 @@ const tools: Array<OpenAI.ChatCompletionTool> = [{
     parameters: { type: "object", properties: { city: { type: "string" } }, required: ["city"] }
   }
 }]
-
-const call = <A>(request: (client: OpenAI) => Promise<A>) =>
-  Effect.flatMap(HttpTest, ({ baseUrl }) =>
-    Effect.promise(() => request(new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: "unused", maxRetries: 0 }))))
 
 describe("OpenAI API: tool calls on qwen-tool", () => {
   layer(HttpTest.layer({ models: { generation: ensureModel("qwen-tool") } }), { timeout: 180_000, excludeTestServices: true })((it) => {

@@ -9,6 +9,7 @@ import { assert, describe, layer } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import OpenAI from "openai"
+import { call, refusalOf } from "./openai-support.js"
 import { HttpTest } from "./support.js"
 
 const MODEL = "qwen-chat"
@@ -16,21 +17,6 @@ const REPLY = "Hello! I am the nativegen seed model."
 const THOUGHT = "The user greets me; a short, friendly reply fits."
 /** Qwen3's chat format written out: a plain prompt the scripted model answers as it answers a chat. */
 const RAW_PROMPT = "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n"
-
-const client = Effect.map(HttpTest, ({ baseUrl }) => new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey: "unused", maxRetries: 0 }))
-
-/** The client's APIError for a request the server refuses. */
-const refusalOf = <A>(request: (client: OpenAI) => Promise<A>) =>
-  Effect.flatMap(client, (openai) =>
-    Effect.flip(Effect.tryPromise({
-      try: () => request(openai),
-      catch: (error) => {
-        assert(error instanceof OpenAI.APIError, `an API error, not ${String(error)}`)
-        return error
-      }
-    })))
-
-const call = <A>(request: (client: OpenAI) => Promise<A>) => Effect.flatMap(client, (openai) => Effect.promise(() => request(openai)))
 
 const greeting = [{ role: "user" as const, content: "Hi there" }]
 const weatherQuestion = [{ role: "user" as const, content: "What is the weather in Paris?" }]

@@ -313,9 +313,9 @@ describe("HTTP server limits", () => {
       const wrong = (yield* jsonOf(wrongRole)) as { error: { code: string; message: string; param: unknown } }
       assert.strictEqual(wrong.error.param, "messages[1].role")
       assert.strictEqual(wrong.error.code, "invalid_value")
-      assert.strictEqual(wrong.error.message, `messages[1].role: Expected "system" | "user" | "assistant", actual "robot"`)
+      assert.strictEqual(wrong.error.message, `invalid messages[1].role: Expected "system" | "user" | "assistant", actual "robot"`)
       const missing = yield* post("/api/echo", JSON.stringify({ messages: [{ role: "user" }] }))
-      assert.deepStrictEqual(yield* jsonOf(missing), { error: "messages[0].content: is missing" })
+      assert.deepStrictEqual(yield* jsonOf(missing), { error: "invalid messages[0].content: is missing" })
       const notUtf8 = yield* fetchIn(`${server.baseUrl}/v1/echo`, { method: "POST", body: new Uint8Array([0x7b, 0xff, 0x7d]) })
       assert.strictEqual(((yield* jsonOf(notUtf8)) as { error: { message: string } }).error.message, "the request body is not UTF-8 text")
       // Fields the schema does not name are ignored.

@@ -18,6 +18,7 @@ import * as Layer from "effect/Layer"
 import * as NodeFs from "node:fs"
 import * as Digest from "../../domain/Digest.js"
 import { hashFile } from "../../domain/FileHash.js"
+import { fileTypeName } from "../../domain/GgufFileType.js"
 import * as GgufHeader from "../../domain/GgufHeader.js"
 import type { EngineState, Role } from "../../domain/Inference.js"
 import { Provider } from "../../services/Provider.js"
@@ -75,19 +76,8 @@ export const withTag = (name: string) => (name.slice(name.lastIndexOf("/") + 1).
 /** Whether a request's model name names `model` (Ollama's names compare without case). */
 export const names = (requested: string, model: LoadedModel) => withTag(requested).toLowerCase() === model.name.toLowerCase()
 
-/**
- * llama.cpp's `llama_ftype` names (`general.file_type`), as Ollama shows them; null where the id
- * was removed from GGUF.
- */
-const fileTypes: ReadonlyArray<string | null> = [
-  "F32", "F16", "Q4_0", "Q4_1", null, null, null, "Q8_0", "Q5_0", "Q5_1",
-  "Q2_K", "Q3_K_S", "Q3_K_M", "Q3_K_L", "Q4_K_S", "Q4_K_M", "Q5_K_S", "Q5_K_M", "Q6_K",
-  "IQ2_XXS", "IQ2_XS", "Q2_K_S", "IQ3_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL", "IQ3_S", "IQ3_M",
-  "IQ2_S", "IQ2_M", "IQ4_XS", "IQ1_M", "BF16", null, null, null, "TQ1_0", "TQ2_0", "MXFP4_MOE"
-]
-
 const quantizationOf = (fileType: GgufHeader.GgufValue | undefined) =>
-  typeof fileType === "number" ? fileTypes[fileType] ?? "unknown" : "unknown"
+  (typeof fileType === "number" ? fileTypeName(fileType) : undefined) ?? "unknown"
 
 /** Ollama's `format.HumanNumber`: 7.6B, 19.47M, 125K. */
 export const humanNumber = (n: number): string => {

@@ -29,15 +29,6 @@ const neutralOptions = [
   ["mirostat", 0]
 ] as const
 
-/**
- * A request and its output budget: `maxTokens` is the client's `num_predict`, or undefined for
- * Ollama's default (until the model stops or the context is full: the request then gives none).
- */
-export interface Planned {
-  readonly request: Omit<GenerateRequest, "maxTokens">
-  readonly maxTokens: number | undefined
-}
-
 const refuse = (field: string, message: string): Either.Either<never, Refusal> => Either.left(badRequest(message, field))
 
 const samplingOf = (options: Wire.Options): Either.Either<Sampling, Refusal> => {
@@ -59,9 +50,12 @@ const samplingOf = (options: Wire.Options): Either.Either<Sampling, Refusal> => 
   })
 }
 
-/** `num_predict`: -1 (Ollama's default, until the model stops) and -2 (until the context is full) leave it to the context. */
+/**
+ * `num_predict` as the request's budget: -1 (Ollama's default, until the model stops) and -2
+ * (until the context is full) give none, the Provider's rest of the admitted context.
+ */
 const maxTokensOf = (options: Wire.Options) =>
-  options.num_predict === undefined || options.num_predict === -1 || options.num_predict === -2 ? undefined : options.num_predict
+  options.num_predict === undefined || options.num_predict === -1 || options.num_predict === -2 ? {} : { maxTokens: options.num_predict }
 
 const formatOf = (format: Wire.Format | undefined): ResponseFormat | undefined =>
   format === undefined || format === "" ? undefined : format === "json" ? { type: "json" } : { type: "jsonSchema", schema: format }
@@ -111,8 +105,8 @@ const commonOf = (body: Wire.ChatRequest | Wire.GenerateRequest) =>
     const thinking = yield* thinkingOf(body.think)
     const responseFormat = formatOf(body.format)
     return {
-      maxTokens: maxTokensOf(options),
       fields: {
+        ...maxTokensOf(options),
         sampling,
         ...(options.stop === undefined || options.stop.length === 0 ? {} : { stop: options.stop }),
         ...(responseFormat === undefined ? {} : { responseFormat }),
@@ -151,16 +145,16 @@ const toolOf = (tool: Wire.Tool): ToolDefinition => ({
 })
 
 /** `/api/chat` with at least one message. */
-export const chatRequest = (body: Wire.ChatRequest): Either.Either<Planned, Refusal> =>
+export const chatRequest = (body: Wire.ChatRequest): Either.Either<GenerateRequest, Refusal> =>
   Either.gen(function*() {
-    const { fields, maxTokens } = yield* commonOf(body)
+    const { fields } = yield* commonOf(body)
     const messages = yield* Either.all((body.messages ?? []).map(messageOf))
     const tools = body.tools === undefined || body.tools.length === 0 ? undefined : body.tools.map(toolOf)
-    return { maxTokens, request: { messages, ...fields, ...(tools === undefined ? {} : { tools }) } }
+    return { messages, ...fields, ...(tools === undefined ? {} : { tools }) }
   })
 
 /** `/api/generate` with a prompt: through the chat template as one user turn, or `raw`. */
-export const generateRequest = (body: Wire.GenerateRequest & { readonly prompt: string }): Either.Either<Planned, Refusal> =>
+export const generateRequest = (body: Wire.GenerateRequest & { readonly prompt: string }): Either.Either<GenerateRequest, Refusal> =>
   Either.gen(function*() {
     if (body.suffix !== undefined && body.suffix !== "") {
       yield* refuse("suffix", "suffix is not supported: nativegen's models have no fill-in-the-middle template")
@@ -180,13 +174,13 @@ export const generateRequest = (body: Wire.GenerateRequest & { readonly prompt: 
     if (body.raw === true && body.system !== undefined && body.system !== "") {
       yield* refuse("raw", "raw mode does not support template, system, or context")
     }
-    const { fields, maxTokens } = yield* commonOf(body)
-    if (body.raw === true) return { maxTokens, request: { messages: [], prompt: body.prompt, ...fields } }
+    const { fields } = yield* commonOf(body)
+    if (body.raw === true) return { messages: [], prompt: body.prompt, ...fields }
     const messages: Array<ChatMessage> = [
       ...(body.system === undefined || body.system === "" ? [] : [{ role: "system" as const, content: body.system }]),
       { role: "user", content: body.prompt }
     ]
-    return { maxTokens, request: { messages, ...fields } }
+    return { messages, ...fields }
   })
 
 /** The conversation key a request names in the header (none: a plain generation). */

@@ -11,14 +11,11 @@ import { parseSupportedJsonSchema } from "../../domain/JsonSchemaSubset.js"
 import { invalidField, type Refused } from "./Refused.js"
 import type * as Requests from "./Requests.js"
 
-/** A GenerateRequest whose `maxTokens` the client may have left open. */
-export type OpenGenerateRequest = Omit<GenerateRequest, "maxTokens"> & { readonly maxTokens: number | undefined }
-
 /** How the client named each field a Provider refusal may name, where it differs from `field`. */
 export type ParamNames = Readonly<Record<"maxTokens" | "messages" | "topProbabilities", string>>
 
 export interface MappedChat {
-  readonly request: OpenGenerateRequest
+  readonly request: GenerateRequest
   /**
    * The tool choice requires a call: the answer is JSON of `{"name", "arguments"}` decoded under a
    * grammar, returned to the client as a tool call.
@@ -28,7 +25,7 @@ export interface MappedChat {
 }
 
 export interface MappedCompletion {
-  readonly request: OpenGenerateRequest
+  readonly request: GenerateRequest
   readonly params: ParamNames
 }
 
@@ -200,6 +197,9 @@ const samplingOf = (request: { readonly temperature?: number | null | undefined;
 const stopOf = (stop: string | ReadonlyArray<string> | null | undefined) =>
   absent(stop) ? {} : { stop: typeof stop === "string" ? [stop] : stop }
 
+/** The client's output budget, or none (the rest of the admitted context). */
+const maxTokensOf = (maxTokens: number | null | undefined) => absent(maxTokens) ? {} : { maxTokens }
+
 const onlyOne = (n: number | null | undefined, param: string) =>
   absent(n) || n === 1 ? Effect.void : Effect.fail(invalidField(param, `only 1 choice is supported (${param} ${n})`))
 
@@ -224,7 +224,7 @@ export const chatRequest = (body: Requests.ChatCompletionRequest): Effect.Effect
     return {
       request: {
         messages,
-        maxTokens: body.max_completion_tokens ?? body.max_tokens ?? undefined,
+        ...maxTokensOf(body.max_completion_tokens ?? body.max_tokens),
         ...samplingOf(body),
         ...stopOf(body.stop),
         ...(body.logprobs === true ? { probabilities: true, topProbabilities: body.top_logprobs ?? 0 } : {}),
@@ -250,7 +250,7 @@ export const completionRequest = (body: Requests.CompletionRequest): Effect.Effe
       request: {
         messages: [],
         prompt,
-        maxTokens: body.max_tokens ?? undefined,
+        ...maxTokensOf(body.max_tokens),
         ...samplingOf(body),
         ...stopOf(body.stop),
         ...(absent(body.logprobs) ? {} : { probabilities: true, topProbabilities: body.logprobs })
