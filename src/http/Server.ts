@@ -16,7 +16,6 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Http from "node:http"
-import * as NodeFs from "node:fs"
 import * as Path from "node:path"
 import type { AlreadyRunning, ListenFailed, SocketPathOccupied, UnsafeSocketDirectory } from "../rpc/RpcError.js"
 import * as SocketDirectory from "../rpc/SocketDirectory.js"
@@ -109,26 +108,7 @@ const listener = (config: HttpConfigShape): Layer.Layer<HttpServer.HttpServer, L
           cause: new Error(`a Unix socket path has at most ${SocketDirectory.maxSocketPathBytes} bytes`)
         })
       }
-      const directory = yield* SocketDirectory.prepare(socketPath)
-      yield* SocketDirectory.lock(socketPath)
-      yield* SocketDirectory.claim(socketPath)
-      // Runs after the listener closed: removes the socket if Node's close did not, never a successor's.
-      let bound: NodeFs.Stats | undefined
-      yield* Effect.addFinalizer(() =>
-        Effect.sync(() => {
-          if (bound === undefined) return
-          try {
-            const now = NodeFs.lstatSync(socketPath)
-            if (now.isSocket() && now.ino === bound.ino && now.dev === bound.dev) NodeFs.unlinkSync(socketPath)
-          } catch {
-            // Already gone.
-          }
-        })
-      )
-      const server = yield* listening(config, { _tag: "Unix", path: socketPath })
-      bound = NodeFs.lstatSync(socketPath)
-      yield* SocketDirectory.secure(socketPath, directory)
-      return server
+      return yield* SocketDirectory.listenOn(socketPath, listening(config, { _tag: "Unix", path: socketPath }))
     })
   )
 }

@@ -16,7 +16,6 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
-import * as NodeFs from "node:fs"
 import type * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -162,33 +161,16 @@ const listen = (
         })
       )
     }
-    const directory = yield* SocketDirectory.prepare(socketPath)
-    yield* SocketDirectory.lock(socketPath)
-    yield* SocketDirectory.claim(socketPath)
-
-    // Runs after the listener closed (finalizers run in reverse): Node unlinks the socket on
-    // close; this covers a close that did not, and never removes a successor's socket.
-    let bound: NodeFs.Stats | undefined
-    yield* Effect.addFinalizer(() =>
-      Effect.sync(() => {
-        if (bound === undefined) return
-        try {
-          const now = NodeFs.lstatSync(socketPath)
-          if (now.isSocket() && now.ino === bound.ino && now.dev === bound.dev) NodeFs.unlinkSync(socketPath)
-        } catch {
-          // Already gone.
-        }
-      })
-    )
-    const server = yield* NodeSocketServer.make({ path: socketPath }).pipe(
-      Effect.mapError((error) =>
-        codeOf(error.cause) === "EADDRINUSE"
-          ? new AlreadyRunning({ socketPath, reason: "the address is in use" })
-          : new ListenFailed({ socketPath, operation: "listen on", cause: error.cause })
+    const server = yield* SocketDirectory.listenOn(
+      socketPath,
+      NodeSocketServer.make({ path: socketPath }).pipe(
+        Effect.mapError((error) =>
+          codeOf(error.cause) === "EADDRINUSE"
+            ? new AlreadyRunning({ socketPath, reason: "the address is in use" })
+            : new ListenFailed({ socketPath, operation: "listen on", cause: error.cause })
+        )
       )
     )
-    bound = NodeFs.lstatSync(socketPath)
-    yield* SocketDirectory.secure(socketPath, directory)
 
     const open = new Set<Net.Socket>()
     yield* Effect.addFinalizer(() =>

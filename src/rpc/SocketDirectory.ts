@@ -188,3 +188,35 @@ export const secure = (socketPath: string, checked: CheckedDirectory): Effect.Ef
       return yield* Effect.fail(new ListenFailed({ socketPath, operation: "chmod", cause }))
     }
   })
+
+/**
+ * A listener on `socketPath`, owned for the scope: the directory prepared and checked, the lock
+ * held, a stale socket claimed, `listen` run, then the directory checked again and the socket
+ * made 0600. When the scope closes (after the listener closed: finalizers run in reverse), the
+ * socket is removed if Node's close did not, and never a successor's (same inode only).
+ */
+export const listenOn = <A, E, R>(
+  socketPath: string,
+  listen: Effect.Effect<A, E, R>
+): Effect.Effect<A, E | AlreadyRunning | SocketPathOccupied | UnsafeSocketDirectory | ListenFailed, R | Scope.Scope> =>
+  Effect.gen(function*() {
+    const directory = yield* prepare(socketPath)
+    yield* lock(socketPath)
+    yield* claim(socketPath)
+    let bound: NodeFs.Stats | undefined
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        if (bound === undefined) return
+        try {
+          const now = NodeFs.lstatSync(socketPath)
+          if (now.isSocket() && now.ino === bound.ino && now.dev === bound.dev) NodeFs.unlinkSync(socketPath)
+        } catch {
+          // Already gone.
+        }
+      })
+    )
+    const listener = yield* listen
+    bound = NodeFs.lstatSync(socketPath)
+    yield* secure(socketPath, directory)
+    return listener
+  })
