@@ -85,7 +85,8 @@ describe("GGUF header", () => {
         "general.name": "t",
         "general.license": "apache-2.0",
         "general.file_type": 1,
-        "llama.context_length": 4096
+        "llama.context_length": 4096,
+        "llama.rope.freq_base": 10000
       })
       assert.strictEqual(header.right.parameterCount, 8 * 2 + 4)
       assert.deepStrictEqual(Object.fromEntries(header.right.elementsByType), { F32: 16, F16: 4 })
