@@ -6,14 +6,14 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
-import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import * as fc from "fast-check"
 import { GenerationFailed } from "../src/domain/EngineError.js"
 import { failpointsEnv } from "../src/native/Failpoints.js"
-import { ChildResources, hooksNoop, type NativeWorkerConfigShape, NativeWorker, type WorkerReadiness } from "../src/services/NativeWorker.js"
+import { ChildResources, hooksNoop, type NativeWorkerConfigShape, NativeWorker } from "../src/services/NativeWorker.js"
 import { workerLayer } from "./support/engine.js"
 import { awaitGone, isAlive } from "./support/processes.js"
+import { awaitReadiness } from "./support/engine.js"
 
 const greedy = { temperature: 0 } as const
 
@@ -33,16 +33,6 @@ const supervised = (
     readyTimeout: Duration.seconds(30),
     ...overrides
   }, hooks)
-
-/** The first readiness (checked at each state change) that satisfies `predicate`. */
-const awaitReadiness = (predicate: (r: WorkerReadiness) => boolean) =>
-  Effect.flatMap(NativeWorker, (worker) =>
-    worker.states.pipe(
-      Stream.mapEffect(() => worker.readiness),
-      Stream.filter(predicate),
-      Stream.runHead,
-      Effect.map(Option.getOrThrow)
-    ))
 
 const readyAfter = (incarnation: number) => awaitReadiness((r) => r.state === "ready" && r.incarnation > incarnation)
 

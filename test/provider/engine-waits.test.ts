@@ -11,7 +11,6 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Fiber from "effect/Fiber"
-import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type { ChatMessage, GenerateRequest } from "../../src/domain/Inference.js"
 import { failpointsEnv } from "../../src/native/Failpoints.js"
@@ -22,6 +21,7 @@ import type { ProviderError } from "../../src/services/ProviderError.js"
 import { Scheduler } from "../../src/services/Scheduler.js"
 import { runtimeLayer } from "../support/engine.js"
 import { awaitGone } from "../support/processes.js"
+import { awaitReadiness } from "../support/engine.js"
 
 const QUEUE_TIMEOUT_MILLIS = 2000
 /** Time a refusal may take beyond its limit (timers, a loaded machine). */
@@ -29,16 +29,6 @@ const SLACK_MILLIS = 3000
 
 const messages: ReadonlyArray<ChatMessage> = [{ role: "user", content: "are you there?" }]
 const ask: GenerateRequest = { messages, maxTokens: 3, sampling: { temperature: 0 } }
-
-/** The first readiness (checked at each state change) that satisfies `predicate`. */
-const awaitReadiness = (predicate: (r: WorkerReadiness) => boolean) =>
-  Effect.flatMap(NativeWorker, (worker) =>
-    worker.states.pipe(
-      Stream.mapEffect(() => worker.readiness),
-      Stream.filter(predicate),
-      Stream.runHead,
-      Effect.map(Option.getOrThrow)
-    ))
 
 /** Kills the serving child and waits until the worker is in a state `until` accepts. */
 const killChild = (until: (r: WorkerReadiness) => boolean) =>

@@ -1,5 +1,8 @@
 /** Shared test wiring for real engine children on the generated models. */
 import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Option from "effect/Option"
+import * as Stream from "effect/Stream"
 import * as Layer from "effect/Layer"
 import { ensureModel } from "../../fixtures/models.js"
 import * as NativeWorker from "../../src/services/NativeWorker.js"
@@ -63,3 +66,13 @@ export const runtimeLayer = (
       }
     })
   )
+
+/** The first worker readiness (checked at each state change) that satisfies `predicate`. */
+export const awaitReadiness = (predicate: (r: NativeWorker.WorkerReadiness) => boolean) =>
+  Effect.flatMap(NativeWorker.NativeWorker, (worker) =>
+    worker.states.pipe(
+      Stream.mapEffect(() => worker.readiness),
+      Stream.filter(predicate),
+      Stream.runHead,
+      Effect.map(Option.getOrThrow)
+    ))
