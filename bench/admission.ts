@@ -1,0 +1,83 @@
+/**
+ * Admission's charge against what a role really takes: for each model and context size, in a
+ * fresh engine child, context admission (default margin) gives the charge (weights + KV and
+ * compute, with margin); the role is then loaded and used once (a 600-token prefill in 512-token
+ * batches and two decoded tokens, so its buffers are touched), and the child's resident set growth
+ * across load and use (/proc/<pid>/status) is the measurement. Prints charge ÷ measured per case
+ * (target: at least 1, at most 1.15) and the load average. Set BENCH_ADMISSION_CASES to
+ * `model:context,...` to choose the cases.
+ */
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
+import { ensureModel, type ModelName } from "../fixtures/models.js"
+import { EngineUnavailable } from "../src/domain/EngineError.js"
+import { spawn } from "../src/native/ChildProcess.js"
+import * as Admission from "../src/services/Admission.js"
+
+const cases = (process.env.BENCH_ADMISSION_CASES ?? "tiny:4096,decision:1024,bench:1024,bench:4096,qwen-bench:1024,qwen-bench:4096")
+  .split(",")
+  .map((c) => {
+    const [model, context] = c.split(":")
+    return { model: model as ModelName, context: Number(context) }
+  })
+
+const rss = (pid: number) =>
+  Effect.sync(() => Number(/VmRSS:\s+(\d+)/.exec(Fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024)
+const mib = (bytes: number) => (bytes / 1048576).toFixed(1)
+
+const measure = (model: ModelName, context: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const child = yield* spawn({ settings: { backend: "cpu", threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(3) })
+    const { client } = child
+    const hello = yield* client.Hello()
+    const plan: Admission.Planner = (modelPath, contextSizes, sequences) =>
+      client.Plan({ modelPath, contextSizes, sequences }).pipe(
+        Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
+      )
+    const admission = yield* Admission.Admission.pipe(
+      Effect.provide(Admission.layer.pipe(
+        Layer.provide(Admission.DeviceInventory.layerPublished(hello)),
+        Layer.provide(Admission.AdmissionConfig.layerDefaults)
+      ))
+    )
+    const admitted = yield* admission.admitContexts({ generation: { modelPath: ensureModel(model), cap: context } }, plan)
+    const role = admitted.roles[0]!
+    const before = yield* rss(child.pid)
+    yield* client.Load({ role: "generation", modelPath: role.modelPath, contextSize: role.contextSize, sequences: 1 }).pipe(Stream.runDrain)
+    const tokens = yield* client.Tokenize({ role: "generation", text: "the quick brown fox ".repeat(200), specialTokens: false })
+    yield* client.Begin({
+      generationId: "measure",
+      lane: "foreground",
+      sequence: 0,
+      prompt: tokens.slice(0, Math.min(tokens.length, 600, role.contextSize - 8)),
+      sampling: { temperature: 0 },
+      maxTokens: 2,
+      stopTokens: [],
+      prefillChunk: 512
+    })
+    yield* Stream.runDrain(client.Advance({ generationId: "measure", fromIndex: 0 }))
+    yield* client.End({ generationId: "measure" })
+    const measured = (yield* rss(child.pid)) - before
+    const charged = role.weightsBytes + role.contextBytes
+    return { model, context: role.contextSize, charged, measured }
+  }))
+
+const program = Effect.gen(function*() {
+  for (const c of cases) {
+    const r = yield* measure(c.model, c.context)
+    const ratio = r.charged / r.measured
+    const line = `${r.model} at ${r.context} tokens: charged ${mib(r.charged)} MiB, measured ${mib(r.measured)} MiB, charge/measured ${
+      ratio.toFixed(2)
+    }${ratio >= 1 && ratio <= 1.15 ? "" : " (outside 1-1.15)"}`
+    console.log(line)
+  }
+  console.log(`load average ${Fs.readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
+})
+
+Effect.runPromise(program).catch((e) => {
+  console.error(e)
+  process.exit(1)
+})
