@@ -2,7 +2,8 @@
  * The repository's command line and engine children run compiled code that is always the sources
  * as they are now (bin/sources-build.js): in a copy of the project, a source edited after a build
  * is what the next command and the next engine child run, and sources back as they were reuse
- * their earlier build. Also: the subcommand modules a command line loads (src/cli/main.ts).
+ * their earlier build. Also: a command line loads only the subcommand module it names
+ * (src/cli/main.ts), observed through module resolution hooks.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
@@ -11,6 +12,8 @@ import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { pathToFileURL } from "node:url"
+import { currentBuild } from "../../bin/sources-build.js"
 import { projectRoot } from "../../fixtures/models.js"
 import { environment, type Result } from "./support.js"
 
@@ -118,5 +121,43 @@ describe("the build of the sources", () => {
       assert.include(result.stderr, "outside src/ and fixtures/ that its key does not cover")
       assert.include(result.stderr, Path.join(project, "elsewhere", "value.ts"))
       assert.isFalse(Fs.existsSync(Path.join(project, ".cache", "build")) && builds(project).length > 0)
+    }), 120_000)
+})
+
+/** The modules of the build that `nativegen ...args` loads (logged by a module resolution hook), by name without their chunk hash. */
+const modulesLoadedBy = (args: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const dir = yield* Effect.acquireRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ng-hooks-"))),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    )
+    const log = Path.join(dir, "resolved.log")
+    const hooks = Path.join(dir, "hooks.mjs")
+    Fs.writeFileSync(
+      hooks,
+      `import { appendFileSync } from "node:fs"\nexport const resolve = async (specifier, context, next) => {\n  const resolved = await next(specifier, context)\n  appendFileSync(${JSON.stringify(log)}, resolved.url + "\\n")\n  return resolved\n}\n`
+    )
+    const register = Path.join(dir, "register.mjs")
+    Fs.writeFileSync(register, `import { register } from "node:module"\nregister(${JSON.stringify(pathToFileURL(hooks).href)})\n`)
+    const build = yield* Effect.promise(() => currentBuild())
+    const result = yield* node(projectRoot, ["--import", pathToFileURL(register).href, Path.join(projectRoot, "bin", "nativegen.js"), ...args])
+    assert.strictEqual(result.code, 0, result.stderr)
+    return Fs.readFileSync(log, "utf8").split("\n")
+      .filter((url) => url.startsWith(pathToFileURL(build).href))
+      .map((url) => Path.basename(url).replace(/-[A-Z0-9]{8}\.js$/, ""))
+  })
+
+describe("lazy subcommands", () => {
+  const subcommandModules = ["Serve", "Chat", "Decide", "Status", "Show", "Ps", "StoreCommands", "Keys"]
+
+  it.scoped("a lone --version loads no subcommand module; `chat --help` loads Chat's alone; --help loads them all", () =>
+    Effect.gen(function*() {
+      const version = yield* modulesLoadedBy(["--version"])
+      assert.include(version, "main.js")
+      assert.deepStrictEqual(subcommandModules.filter((name) => version.includes(name)), [])
+      const chat = yield* modulesLoadedBy(["chat", "--help"])
+      assert.deepStrictEqual(subcommandModules.filter((name) => chat.includes(name)), ["Chat"])
+      const help = yield* modulesLoadedBy(["--help"])
+      assert.deepStrictEqual(subcommandModules.filter((name) => help.includes(name)), subcommandModules)
     }), 120_000)
 })
