@@ -1,8 +1,9 @@
 #!/usr/bin/env node
 // The `nativegen` command. Installed from the package (compiled `dist/` beside `bin/`, no `src/`):
-// the compiled JavaScript with plain node. Inside the repository: the TypeScript sources through
-// tsx's loader (a development dependency), so no build step is needed there.
+// the compiled JavaScript. Inside the repository: the build of the sources as they are now
+// (bin/sources-build.js: an esbuild bundle under .cache/build/, rebuilt whenever a source changed).
 import { existsSync } from "node:fs"
+import { pathToFileURL } from "node:url"
 
 const compiled = new URL("../dist/src/cli/main.js", import.meta.url)
 const sources = new URL("../src/cli/main.ts", import.meta.url)
@@ -10,7 +11,6 @@ const sources = new URL("../src/cli/main.ts", import.meta.url)
 if (existsSync(compiled) && !existsSync(sources)) {
   await import(compiled.href)
 } else {
-  const { register } = await import("tsx/esm/api")
-  register()
-  await import(sources.href)
+  const { currentBuild } = await import("./sources-build.js")
+  await import(pathToFileURL(`${await currentBuild()}/main.js`).href)
 }

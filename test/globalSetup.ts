@@ -1,10 +1,12 @@
 /**
  * Once per test run: generate the named test models into the cache (workers then find them
- * verified), mark this run in the environment that every engine child inherits, and after the run
- * fail if any engine child of this run outlived the suite.
+ * verified), build the sources for the command line and engine children (bin/sources-build.js),
+ * mark this run in the environment that every engine child inherits, and after the run fail if
+ * any engine child of this run outlived the suite.
  */
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
+import { currentBuild } from "../bin/sources-build.js"
 import { ensureModel, type ModelName } from "../fixtures/models.js"
 
 const marker = `NATIVEGEN_TEST_RUN=${Crypto.randomUUID()}`
@@ -26,6 +28,9 @@ const suiteModels = [
   "qwen-tool"
 ] as const satisfies ReadonlyArray<ModelName>
 
+/** How an engine child's command line names its entry point. */
+const childEntries = [/bin\/engine-child\.js/, /\.cache\/build\/[0-9a-f]+\/child\.js/, /src\/native\/child\.js/]
+
 /** Live processes whose environment carries this run's marker. */
 const processesOfThisRun = (): Array<number> =>
   Fs.readdirSync("/proc")
@@ -40,18 +45,21 @@ const processesOfThisRun = (): Array<number> =>
     .map(Number)
     .filter((pid) => {
       try {
-        // From the sources, or compiled (test/package/pack.test.ts runs the installed package).
+        // From the sources (bin/engine-child.js), the repository's build, or compiled
+        // (test/package/pack.test.ts runs the installed package).
         const cmdline = Fs.readFileSync(`/proc/${pid}/cmdline`, "utf8")
-        return cmdline.includes("src/native/child.ts") || cmdline.includes("src/native/child.js")
+        return childEntries.some((entry) => entry.test(cmdline))
       } catch {
         return false
       }
     })
 
-export const setup = () => {
+export const setup = async () => {
   const [key, value] = marker.split("=") as [string, string]
   process.env[key] = value
   for (const name of suiteModels) ensureModel(name)
+  // Built once here, not by the first engine children of several workers at once.
+  await currentBuild()
 }
 
 export const teardown = () => {

@@ -15,39 +15,62 @@ import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
 import * as PackageFiles from "../internal/PackageFiles.js"
 import * as CliError from "./CliError.js"
-import * as Chat from "./Chat.js"
-import * as Decide from "./Decide.js"
-import * as Keys from "./Keys.js"
-import * as Ps from "./Ps.js"
-import * as Serve from "./Serve.js"
-import * as Show from "./Show.js"
-import * as Status from "./Status.js"
-import * as StoreCommands from "./StoreCommands.js"
 import * as Terminal from "./Terminal.js"
 
-export const nativegen = Command.make("nativegen").pipe(
-  Command.withDescription("On-device LLM inference runtime: server, chat, decisions and the model store"),
-  Command.withSubcommands([
-    Serve.command,
-    Chat.command,
-    Decide.command,
-    Status.command,
-    Show.command,
-    Ps.command,
-    StoreCommands.command,
-    StoreCommands.listCommand("list"),
-    StoreCommands.listCommand("ls"),
-    StoreCommands.rmCommand("rm"),
-    Keys.command
-  ])
-)
+const description = "On-device LLM inference runtime: server, chat, decisions and the model store"
 
-/** `--version` prints the installed package's version, read from its package.json at run time. */
-export const cli = Command.run(nativegen, { name: "nativegen", version: PackageFiles.packageVersion() })
+/** Each subcommand's module, imported only when the command line names it (or needs them all, for help); in the help's order. */
+const subcommands = {
+  serve: () => import("./Serve.js").then((m) => m.command),
+  chat: () => import("./Chat.js").then((m) => m.command),
+  decide: () => import("./Decide.js").then((m) => m.command),
+  status: () => import("./Status.js").then((m) => m.command),
+  show: () => import("./Show.js").then((m) => m.command),
+  ps: () => import("./Ps.js").then((m) => m.command),
+  store: () => import("./StoreCommands.js").then((m) => m.command),
+  list: () => import("./StoreCommands.js").then((m) => m.listCommand("list")),
+  ls: () => import("./StoreCommands.js").then((m) => m.listCommand("ls")),
+  rm: () => import("./StoreCommands.js").then((m) => m.rmCommand("rm")),
+  keys: () => import("./Keys.js").then((m) => m.command)
+}
+
+export type SubcommandName = keyof typeof subcommands
+
+const subcommandNames = Object.keys(subcommands) as ReadonlyArray<SubcommandName>
+
+const isSubcommandName = (arg: string | undefined): arg is SubcommandName =>
+  arg !== undefined && Object.hasOwn(subcommands, arg)
+
+/**
+ * The subcommands `argv` (as `process.argv`) needs: the one its first argument names (nothing
+ * else can be meant then), none for a lone `--version`, else all of them (the help, completions,
+ * a misspelt command's message).
+ */
+export const subcommandsFor = (argv: ReadonlyArray<string>): ReadonlyArray<SubcommandName> => {
+  const args = argv.slice(2)
+  if (isSubcommandName(args[0])) return [args[0]]
+  if (args.length === 1 && args[0] === "--version") return []
+  return subcommandNames
+}
+
+/** The `nativegen` command line with the named subcommands (their modules imported now), to run on an argv. */
+export const cli = (names: ReadonlyArray<SubcommandName>) =>
+  Effect.promise(() => Promise.all(names.map((name) => subcommands[name]()))).pipe(
+    Effect.map((loaded) => {
+      // `--version` prints the installed package's version, read from its package.json at run time.
+      const config = { name: "nativegen", version: PackageFiles.packageVersion() }
+      const root = Command.make("nativegen").pipe(Command.withDescription(description))
+      const [first, ...rest] = loaded
+      return first === undefined
+        ? Command.run(root, config)
+        : Command.run(root.pipe(Command.withSubcommands([first, ...rest])), config)
+    })
+  )
 
 /** Runs the command line on `argv` (as `process.argv`); fails with the command's failure. */
 export const main = (argv: ReadonlyArray<string>) =>
-  cli(argv).pipe(
+  cli(subcommandsFor(argv)).pipe(
+    Effect.flatMap((run) => run(argv)),
     Effect.tapErrorCause((cause) =>
       Option.match(CliError.reportLine(cause), { onNone: () => Effect.void, onSome: Console.error })
     ),

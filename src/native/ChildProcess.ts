@@ -19,8 +19,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import * as ChildProcess from "node:child_process"
 import type { Duplex } from "node:stream"
-import { createRequire } from "node:module"
-import { fileURLToPath, pathToFileURL } from "node:url"
+import { fileURLToPath } from "node:url"
 import { childEnvironment } from "./ChildEnvironment.js"
 import type { ChildSettings } from "./ChildSettings.js"
 import { engineSerialization } from "./Framing.js"
@@ -66,17 +65,14 @@ export interface SpawnOptions {
 }
 
 /**
- * How the child is started: compiled (this module runs from `dist/`, its URL ends in `.js`), the
- * compiled `child.js` with plain `node`; from the sources (inside the repository), `child.ts`
- * through tsx's loader, which is a development dependency and is resolved only then.
+ * How the child is started: compiled (this module runs from `dist/`, or from the repository's
+ * build under `.cache/build/`: its URL ends in `.js`), the `child.js` beside it with plain `node`;
+ * from the sources (a host under vitest or tsx), `bin/engine-child.js`, which runs the build of the
+ * sources as they are now (bin/sources-build.js), never TypeScript through a loader.
  */
-const childArguments: ReadonlyArray<string> = import.meta.url.endsWith(".js")
-  ? [fileURLToPath(new URL("./child.js", import.meta.url))]
-  : [
-    "--import",
-    pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href,
-    fileURLToPath(new URL("./child.ts", import.meta.url))
-  ]
+const childArguments: ReadonlyArray<string> = [
+  fileURLToPath(new URL(import.meta.url.endsWith(".js") ? "./child.js" : "../../bin/engine-child.js", import.meta.url))
+]
 
 const signalGroup = (pid: number, signal: NodeJS.Signals) => {
   try {
