@@ -16,53 +16,72 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Store from "../src/services/Store.js"
 
-const mib = Number(process.env.BENCH_STORE_MIB ?? 1024)
-const size = mib * 1024 * 1024
-const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-bench-store-"))
+import { isMain } from "./peer/Main.js"
 
 const fmt = (bytes: number, ms: number) => `${(bytes / 1024 / 1024 / (ms / 1000)).toFixed(0)} MiB/s`
 
-try {
-  const source = Path.join(dir, "source.bin")
-  // Incompressible content from a counter-mode keystream, written in 8 MiB blocks.
-  const cipher = Crypto.createCipheriv("aes-128-ctr", Buffer.alloc(16, 7), Buffer.alloc(16, 0))
-  const fd = Fs.openSync(source, "w")
-  const block = Buffer.alloc(8 * 1024 * 1024)
-  for (let written = 0; written < size; written += block.length) {
-    Fs.writeSync(fd, cipher.update(block), 0, Math.min(block.length, size - written))
+export interface StagingMeasurement {
+  readonly bytes: number
+  readonly dir: string
+  readonly sha256sumMs: number
+  readonly stageMs: number
+  readonly ddMs: number
+}
+
+/**
+ * One measurement on a fresh `mib` MiB file in a temporary directory (removed afterwards):
+ * `sha256sum` (page cache warm), `Store.stage`, then the durable `dd` copy.
+ */
+export const measureStaging = async (mib: number): Promise<StagingMeasurement> => {
+  const size = mib * 1024 * 1024
+  const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-bench-store-"))
+  try {
+    const source = Path.join(dir, "source.bin")
+    // Incompressible content from a counter-mode keystream, written in 8 MiB blocks.
+    const cipher = Crypto.createCipheriv("aes-128-ctr", Buffer.alloc(16, 7), Buffer.alloc(16, 0))
+    const fd = Fs.openSync(source, "w")
+    const block = Buffer.alloc(8 * 1024 * 1024)
+    for (let written = 0; written < size; written += block.length) {
+      Fs.writeSync(fd, cipher.update(block), 0, Math.min(block.length, size - written))
+    }
+    Fs.fsyncSync(fd)
+    Fs.closeSync(fd)
+
+    // Warm the page cache once so that both measurements read from memory.
+    ChildProcess.execFileSync("sha256sum", [source])
+
+    let t = performance.now()
+    const line = ChildProcess.execFileSync("sha256sum", [source], { encoding: "utf8" })
+    const sha256sumMs = performance.now() - t
+    const digest = `sha256:${line.slice(0, 64)}`
+
+    const layer = Store.layer.pipe(Layer.provide(Store.StoreConfig.layer({ root: Path.join(dir, "store"), trustSeedKey: false })))
+    const stageMs = await Effect.runPromise(
+      Effect.gen(function*() {
+        const store = yield* Store.Store
+        const start = performance.now()
+        yield* store.stage(source, digest, size)
+        return performance.now() - start
+      }).pipe(Effect.provide(layer), Logger.withMinimumLogLevel(LogLevel.Warning))
+    )
+
+    // Reference: a plain durable copy (no hashing) shows what the disk allows for the write half.
+    t = performance.now()
+    ChildProcess.execFileSync("dd", [`if=${source}`, `of=${Path.join(dir, "copy.bin")}`, "bs=1M", "conv=fsync"], { stdio: "ignore" })
+    const ddMs = performance.now() - t
+    Fs.rmSync(Path.join(dir, "copy.bin"))
+    return { bytes: size, dir, sha256sumMs, stageMs, ddMs }
+  } finally {
+    Fs.rmSync(dir, { recursive: true, force: true })
   }
-  Fs.fsyncSync(fd)
-  Fs.closeSync(fd)
+}
 
-  // Warm the page cache once so that both measurements read from memory.
-  ChildProcess.execFileSync("sha256sum", [source])
-
-  let t = performance.now()
-  const line = ChildProcess.execFileSync("sha256sum", [source], { encoding: "utf8" })
-  const sha256sumMs = performance.now() - t
-  const digest = `sha256:${line.slice(0, 64)}`
-
-  const layer = Store.layer.pipe(Layer.provide(Store.StoreConfig.layer({ root: Path.join(dir, "store"), trustSeedKey: false })))
-  const stageMs = await Effect.runPromise(
-    Effect.gen(function*() {
-      const store = yield* Store.Store
-      const start = performance.now()
-      yield* store.stage(source, digest, size)
-      return performance.now() - start
-    }).pipe(Effect.provide(layer), Logger.withMinimumLogLevel(LogLevel.Warning))
-  )
-
-  // Reference: a plain durable copy (no hashing) shows what the disk allows for the write half.
-  t = performance.now()
-  ChildProcess.execFileSync("dd", [`if=${source}`, `of=${Path.join(dir, "copy.bin")}`, "bs=1M", "conv=fsync"], { stdio: "ignore" })
-  const ddMs = performance.now() - t
-  Fs.rmSync(Path.join(dir, "copy.bin"))
-
+if (isMain(import.meta.url)) {
+  const mib = Number(process.env.BENCH_STORE_MIB ?? 1024)
+  const { bytes: size, dir, sha256sumMs, stageMs, ddMs } = await measureStaging(mib)
   console.log(`file: ${mib} MiB in ${dir}`)
   console.log(`sha256sum:   ${sha256sumMs.toFixed(0)} ms (${fmt(size, sha256sumMs)})`)
   console.log(`Store.stage: ${stageMs.toFixed(0)} ms (${fmt(size, stageMs)}) including write, fsync, link and directory fsync`)
   console.log(`reference, dd conv=fsync (copy, no hash): ${ddMs.toFixed(0)} ms (${fmt(size, ddMs)})`)
   console.log(`ratio stage/sha256sum: ${(stageMs / sha256sumMs).toFixed(2)} (stage/dd: ${(stageMs / ddMs).toFixed(2)})`)
-} finally {
-  Fs.rmSync(dir, { recursive: true, force: true })
 }
