@@ -73,7 +73,8 @@ export const serve = (settings: Settings): Effect.Effect<Served, never, Scope.Sc
     const home = yield* makeHome
     yield* prepareStore(home, settings)
     const port = yield* freePort
-    const server = yield* startServer(home, serverEnvironment(home, settings, port))
+    // A loaded machine can take minutes to start the engine child through tsx and warm it.
+    const server = yield* startServer(home, serverEnvironment(home, settings, port), "10 minutes")
     const context = yield* Layer.build(Client.layer({ socketPath: server.socket })).pipe(Effect.orDie)
     return { home, socket: server.socket, httpUrl: `http://127.0.0.1:${port}`, enginePid: server.enginePid, provider: Context.get(context, Provider) }
   })
@@ -91,7 +92,8 @@ export interface Generated {
   readonly answer: string
 }
 
-export const generate = (provider: Provider["Type"], request: GenerateRequest) =>
+/** One generation through the client; a failure is a defect of the run (the benchmark stops with it). */
+export const generate = (provider: Provider["Type"], request: GenerateRequest): Effect.Effect<Generated> =>
   Effect.gen(function*() {
     const arrivals: Array<number> = []
     let answer = ""
@@ -116,4 +118,4 @@ export const generate = (provider: Provider["Type"], request: GenerateRequest) =
       checkpoint: done.checkpoint,
       answer
     } satisfies Generated
-  })
+  }).pipe(Effect.orDie)
