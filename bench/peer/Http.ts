@@ -138,7 +138,7 @@ export const chatOnce = async (baseUrl: string, request: ChatRequest): Promise<v
   const response = await fetch(`${baseUrl}/v1/chat/completions`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ ...chatBody(request), stream: false, stream_options: undefined })
+    body: JSON.stringify({ model: request.model, messages: request.messages, max_tokens: request.maxTokens, temperature: 0, ...request.extra })
   })
   const text = await response.text()
   if (!response.ok) throw new Error(`${baseUrl}/v1/chat/completions answered ${response.status}: ${text}`)
