@@ -81,14 +81,14 @@ export const svg = (result: PeerResult): string => {
   const plotWidth = 460
   const rowHeight = 22
   const top = 48
-  const width = labelWidth + plotWidth + 90
+  const width = labelWidth + plotWidth + 200
   const height = top + rows.length * rowHeight + 40
   const { min, max } = axisRange(rows.flatMap((f) => [f.ratio.min, f.ratio.max, ...(f.target === undefined || f.target.on === "nativegen" ? [] : [f.target.value])]))
   const x = (v: number) => labelWidth + ((Math.log10(Math.min(max, Math.max(min, v))) - Math.log10(min)) / (Math.log10(max) - Math.log10(min))) * plotWidth
   const out: Array<string> = [
     `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
     `<rect width="${width}" height="${height}" fill="white"/>`,
-    `<text x="10" y="20" font-size="14" font-weight="bold">nativegen ÷ peer (log scale; bar: median, line: range, tick: target)</text>`,
+    `<text x="10" y="20" font-size="14" font-weight="bold">nativegen ÷ peer (log scale; bar: median from 1.0, line: range, blue tick: target; green: met, red: not met, grey: no target)</text>`,
     `<text x="10" y="36" fill="#555">${escapeXml(`${result.finishedAt.slice(0, 10)}, load ${result.load.before.split(" ").slice(0, 3).join(" ")}, ${result.machine.cpu}, ${result.machine.logicalCpus} CPUs`)}</text>`
   ]
   for (let decade = min; decade <= max * 1.0001; decade *= 10) {
