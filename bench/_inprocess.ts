@@ -1,15 +1,17 @@
 /**
  * The baseline: a plain in-process node-llama-cpp decode loop, run in its own process with the
- * same settings as an engine child. Prints one JSON line: tokens and milliseconds per round.
+ * same settings as an engine child. The prompt is a JSON array of tokens, or a JSON string of
+ * text (tokenized with its special tokens). Prints one JSON line: tokens and milliseconds per round.
  */
 import { getLlama, type Token } from "node-llama-cpp"
 
 const [modelPath, promptJson, tokensArg, threadsArg, roundsArg] = process.argv.slice(2)
-const prompt = JSON.parse(promptJson!) as Array<Token>
+const given = JSON.parse(promptJson!) as Array<Token> | string
 const tokens = Number(tokensArg)
 const threads = Number(threadsArg)
 const llama = await getLlama({ build: "never", gpu: false, maxThreads: threads })
 const model = await llama.loadModel({ modelPath: modelPath! })
+const prompt = typeof given === "string" ? model.tokenize(given, true) : given
 const context = await model.createContext({ contextSize: 2048, threads, batchSize: 512 })
 const sequence = context.getSequence()
 const rounds: Array<{ tokens: number; ms: number; firstTokenMs: number }> = []

@@ -28,6 +28,7 @@ import type { DecideRequest, GenerateRequest } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
 import { Provider } from "../src/services/Provider.js"
+import { isMain } from "./peer/Main.js"
 
 const GENERATION_TOKENS = 400
 const DECIDE_AT = 50
@@ -191,11 +192,31 @@ const program = Effect.gen(function*() {
   console.log(`load average at end: ${loadavg()}`)
 })
 
+/**
+ * The decision-delay figure alone, for bench/peer.ts: after the same warm-up, `rounds` decisions
+ * submitted mid-generation (delay, the decode step before the submit, and their ratio) each
+ * followed by the same decision on the idle engine.
+ */
+export const measureDecisionDelay = (rounds: number) =>
+  Effect.gen(function*() {
+    yield* underLoad
+    yield* idleDecide
+    const loaded: Array<Effect.Effect.Success<typeof underLoad>> = []
+    const idle: Array<Effect.Effect.Success<typeof idleDecide>> = []
+    for (let r = 0; r < rounds; r++) {
+      loaded.push(yield* underLoad)
+      idle.push(yield* idleDecide)
+    }
+    return { loaded, idle }
+  }).pipe(Effect.provide(RuntimeLive))
+
 const RuntimeLive = Runtime.layerWithModels({ generation: modelPath, decision: ensureModel("decision") }, {
   worker: { child: { backend: "cpu", threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(5) },
   admission: { contextCap: { generation: 2048, decision: 1024 }, workspaceReservationBytes: 64 * MiB }
 })
-Effect.runPromise(program.pipe(Effect.provide(RuntimeLive))).catch((e) => {
-  console.error(e)
-  process.exit(1)
-})
+if (isMain(import.meta.url)) {
+  Effect.runPromise(program.pipe(Effect.provide(RuntimeLive))).catch((e) => {
+    console.error(e)
+    process.exit(1)
+  })
+}

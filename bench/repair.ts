@@ -8,6 +8,7 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../fixtures/models.js"
 import * as NativeWorker from "../src/services/NativeWorker.js"
+import { isMain } from "./peer/Main.js"
 
 const ROUNDS = 3
 const config = NativeWorker.NativeWorkerConfig.layer({
@@ -40,19 +41,28 @@ const repair = Effect.scoped(Effect.gen(function*() {
   return performance.now() - start
 }))
 
+/** Cold start and SIGKILL-to-ready times (ms), `rounds` of each, alternating. */
+export const measureRepair = (rounds: number, log: (line: string) => void = () => {}) =>
+  Effect.gen(function*() {
+    const cold: Array<number> = []
+    const repaired: Array<number> = []
+    for (let r = 0; r < rounds; r++) {
+      cold.push(yield* coldStart)
+      repaired.push(yield* repair)
+      log(`round ${r + 1}: cold start ${cold[r]!.toFixed(0)} ms, SIGKILL -> ready ${repaired[r]!.toFixed(0)} ms`)
+    }
+    return { cold, repaired }
+  })
+
 const program = Effect.gen(function*() {
-  const cold: Array<number> = []
-  const repaired: Array<number> = []
-  for (let r = 0; r < ROUNDS; r++) {
-    cold.push(yield* coldStart)
-    repaired.push(yield* repair)
-    console.log(`round ${r + 1}: cold start ${cold[r]!.toFixed(0)} ms, SIGKILL -> ready ${repaired[r]!.toFixed(0)} ms`)
-  }
+  const { cold, repaired } = yield* measureRepair(ROUNDS, console.log)
   const mean = (xs: Array<number>) => xs.reduce((a, b) => a + b, 0) / xs.length
   console.log(`mean: cold ${mean(cold).toFixed(0)} ms, repair ${mean(repaired).toFixed(0)} ms, ratio repair/cold ${(mean(repaired) / mean(cold)).toFixed(3)}`)
 })
 
-Effect.runPromise(program).catch((e) => {
-  console.error(e)
-  process.exit(1)
-})
+if (isMain(import.meta.url)) {
+  Effect.runPromise(program).catch((e) => {
+    console.error(e)
+    process.exit(1)
+  })
+}

@@ -3,7 +3,7 @@
  * private XDG environment, capturing stdout, stderr and the exit code; a server of one's own
  * (`startServer`); and a real terminal (tmux) to type into and read (`openPane`).
  */
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import type * as Scope from "effect/Scope"
@@ -163,7 +163,11 @@ export interface Server {
  * `nativegen serve` in `home`, in its own process group, until the scope closes (SIGINT, then
  * SIGKILL to the group if it lingers). Ready when it logs `ready (engine 1, ...)` (a bounded poll).
  */
-export const startServer = (home: Home, env: Record<string, string> = smallServerEnv): Effect.Effect<Server, never, Scope.Scope> =>
+export const startServer = (
+  home: Home,
+  env: Record<string, string> = smallServerEnv,
+  readyWithin: Duration.DurationInput = "120 seconds"
+): Effect.Effect<Server, never, Scope.Scope> =>
   Effect.gen(function*() {
     let output = ""
     let exited = false
@@ -200,7 +204,10 @@ export const startServer = (home: Home, env: Record<string, string> = smallServe
       const m = ready.exec(output)
       if (m !== null) return Effect.succeed(m)
       return exited ? Effect.die(new Error(`the server (pid ${child.pid}) exited:\n${output}`)) : Effect.fail("not yet")
-    }).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("120 seconds"))), Effect.orDie)
+    }).pipe(
+      Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo(readyWithin))),
+      Effect.catchAll(() => Effect.die(new Error(`the server (pid ${child.pid}) was not ready within ${Duration.format(readyWithin)}:\n${output}`)))
+    )
     return {
       socket: Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock"),
       log: () => output,
