@@ -17,6 +17,7 @@ import * as PackageFiles from "../internal/PackageFiles.js"
 import * as CliError from "./CliError.js"
 import * as Chat from "./Chat.js"
 import * as Decide from "./Decide.js"
+import * as Engine from "./Engine.js"
 import * as Keys from "./Keys.js"
 import * as Ps from "./Ps.js"
 import * as Serve from "./Serve.js"
@@ -38,7 +39,8 @@ export const nativegen = Command.make("nativegen").pipe(
     StoreCommands.listCommand("list"),
     StoreCommands.listCommand("ls"),
     StoreCommands.rmCommand("rm"),
-    Keys.command
+    Keys.command,
+    Engine.command
   ])
 )
 
