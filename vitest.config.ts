@@ -9,6 +9,8 @@ process.env.NATIVEGEN_MODEL_CACHE ||= Path.resolve(Path.dirname(fileURLToPath(im
 export default defineConfig({
   test: {
     include: ["test/**/*.test.ts"],
+    // The GPU cases run with `npm run test:gpu` (vitest.gpu.config.ts), not in the normal suite.
+    exclude: ["**/node_modules/**", "test/gpu/**"],
     testTimeout: 60_000,
     hookTimeout: 120_000,
     pool: "forks",

@@ -27,6 +27,8 @@ import type { Readiness } from "../domain/Inference.js"
 import { formatListen, HttpConfig, type HttpConfigShape, isLoopback, parseListen } from "../http/HttpConfig.js"
 import * as HttpServerLayer from "../http/Server.js"
 import * as Runtime from "../layers/Runtime.js"
+import * as BackendProbe from "../native/BackendProbe.js"
+import type { Backend } from "../native/Protocol.js"
 import * as Client from "../rpc/Client.js"
 import * as Server from "../rpc/Server.js"
 import * as Admission from "../services/Admission.js"
@@ -44,7 +46,7 @@ import * as TrustedKeys from "./TrustedKeys.js"
 export const defaultThreads = (parallelism: number = Os.availableParallelism()): number =>
   Math.max(1, Math.floor(parallelism / 2))
 
-const backends = ["cpu", "cuda", "vulkan", "metal"] as const
+const backends = ["auto", "cpu", "cuda", "vulkan", "metal"] as const
 
 const positive = (name: string, env: string, description: string) =>
   Options.integer(name).pipe(
@@ -85,8 +87,10 @@ export const options = {
     Options.withFallbackConfig(Config.integer("NATIVEGEN_THREADS"))
   ),
   backend: Options.choice("backend", backends).pipe(
-    Options.withDescription("Engine backend (env NATIVEGEN_BACKEND)"),
-    Options.withDefault("cpu" as const),
+    Options.withDescription(
+      "Engine backend (env NATIVEGEN_BACKEND); auto: CUDA, then Vulkan, then the CPU, the first whose probe child passes a warm-up step"
+    ),
+    Options.withDefault("auto" as const),
     Options.withFallbackConfig(Config.literal(...backends)("NATIVEGEN_BACKEND"))
   ),
   generationContext: positive(
@@ -157,7 +161,7 @@ export const storeOptions = (settings: StoreSettings) =>
   })
 
 /** The runtime's options: the services' own env configs (NATIVEGEN_STORE_*, NATIVEGEN_ADMISSION_*), then the flags. */
-export const runtimeOptions = (settings: ServeSettings) =>
+export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
   Effect.gen(function*() {
     const store = yield* storeOptions(settings)
     const admission = yield* Admission.AdmissionConfig.config
@@ -171,7 +175,7 @@ export const runtimeOptions = (settings: ServeSettings) =>
         }
       },
       worker: {
-        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend: settings.backend }
+        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend }
       },
       scheduler: Option.match(settings.slots, { onNone: () => ({}), onSome: (slots) => ({ slots }) })
     }
@@ -253,11 +257,16 @@ const changeKey = (r: Readiness) => `${r.state}|${r.reason ?? ""}|${r.engine.inc
 /** Runs the server until interrupted (SIGINT/SIGTERM through NodeRuntime.runMain). */
 export const serve = (settings: ServeSettings) =>
   Effect.gen(function*() {
-    const options = yield* runtimeOptions(settings)
     const socketPath = settings.socket
     yield* refuseIfRunning(socketPath)
+    const selection = yield* BackendProbe.select(settings.backend, {
+      settings: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads }
+    })
+    for (const outcome of selection.outcomes) yield* Effect.logInfo(`backend probe: ${BackendProbe.describeOutcome(outcome)}`)
+    const options = yield* runtimeOptions(settings, selection.backend)
     yield* Effect.logInfo(
-      `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${settings.backend} backend, ` +
+      `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${selection.backend} backend` +
+        `${settings.backend === "auto" ? " (auto)" : ""}, ` +
         `${settings.threads} threads, ${options.store?.trustedKeys?.length ?? 0} trusted keys besides the seed's`
     )
     const serverOptions = yield* Server.config

@@ -31,7 +31,8 @@ const subcommands = {
   list: () => import("./StoreCommands.js").then((m) => m.listCommand("list")),
   ls: () => import("./StoreCommands.js").then((m) => m.listCommand("ls")),
   rm: () => import("./StoreCommands.js").then((m) => m.rmCommand("rm")),
-  keys: () => import("./Keys.js").then((m) => m.command)
+  keys: () => import("./Keys.js").then((m) => m.command),
+  engine: () => import("./Engine.js").then((m) => m.command)
 }
 
 export type SubcommandName = keyof typeof subcommands

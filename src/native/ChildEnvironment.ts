@@ -51,8 +51,18 @@ export const isInherited = (name: string): boolean =>
   inheritedNames.has(name) || inheritedPrefixes.some((prefix) => name.startsWith(prefix))
 
 /**
- * The child's environment: the inherited part of `host`, then `childEnv` (which may add or
- * replace variables), then the settings and `fixed` (which `childEnv` cannot override).
+ * Driver settings a backend needs in its children, before `childEnv` (which may change them).
+ * CUDA: ggml's CUDA graphs off. With them on, a CUDA build for sm_90 on an H200 aborted with
+ * "an illegal instruction was encountered" in ggml_cuda_graph_evaluate_and_capture when a prefill
+ * was cancelled or preempted between chunks (docs/gpu.md); with them off the same suites pass.
+ */
+export const backendDefaults = (backend: ChildSettings["backend"]): Readonly<Record<string, string>> =>
+  backend === "cuda" ? { GGML_CUDA_DISABLE_GRAPHS: "1" } : {}
+
+/**
+ * The child's environment: the inherited part of `host`, then the backend's defaults, then
+ * `childEnv` (which may add or replace variables), then the settings and `fixed` (which
+ * `childEnv` cannot override).
  */
 export const childEnvironment = (
   host: Readonly<Record<string, string | undefined>>,
@@ -63,5 +73,11 @@ export const childEnvironment = (
   const inherited = Object.entries(host).filter((entry): entry is [string, string] =>
     entry[1] !== undefined && isInherited(entry[0])
   )
-  return { ...Object.fromEntries(inherited), ...childEnv, ...childSettingsToEnv(settings), ...fixed }
+  return {
+    ...Object.fromEntries(inherited),
+    ...backendDefaults(settings.backend),
+    ...childEnv,
+    ...childSettingsToEnv(settings),
+    ...fixed
+  }
 }

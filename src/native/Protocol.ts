@@ -62,7 +62,7 @@ export class HelloInfo extends Schema.Class<HelloInfo>("HelloInfo")({
 /** What the child process really holds now: its resident set, and device memory in use (GPU). */
 export class MemoryReading extends Schema.Class<MemoryReading>("MemoryReading")({
   rssBytes: Bytes,
-  /** VRAM in use on the child's GPU (all processes: the driver reports no per-process figure); 0 on CPU. */
+  /** VRAM in use on the child's GPU: its own where the driver lists processes (CUDA, nvidia-smi), else device-wide; 0 on CPU. */
   vramUsedBytes: Bytes
 }) {}
 

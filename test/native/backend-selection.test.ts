@@ -1,0 +1,64 @@
+/**
+ * `--backend auto`: the probe order, the skips that need no process, a real probe child passing
+ * on the CPU and failing on a GPU backend this machine has no driver for, and the driver settings
+ * a backend's children get (and only they: the host's environment is never changed).
+ */
+import { assert, describe, it } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as BackendProbe from "../../src/native/BackendProbe.js"
+import { backendDefaults, childEnvironment } from "../../src/native/ChildEnvironment.js"
+import { defaultChildSettings } from "../../src/native/ChildSettings.js"
+
+const settings = { ...defaultChildSettings, threads: 1 }
+
+describe("backend selection", () => {
+  it.effect("a named backend is used as it is, with no probe", () =>
+    Effect.gen(function*() {
+      const selection = yield* BackendProbe.select("vulkan", { settings })
+      assert.deepStrictEqual(selection, { backend: "vulkan", outcomes: [] })
+    }))
+
+  it.effect("auto with no GPU driver present: CUDA and Vulkan are skipped without a process, the CPU is chosen", () =>
+    Effect.gen(function*() {
+      const selection = yield* BackendProbe.select("auto", { settings, driverPresent: (backend) => `no ${backend} driver` })
+      assert.strictEqual(selection.backend, "cpu")
+      assert.deepStrictEqual(selection.outcomes.map((o) => [o._tag, o.backend]), [["Skipped", "cuda"], ["Skipped", "vulkan"]])
+    }))
+
+  it("software Vulkan devices are recognised, real GPUs are not", () => {
+    assert.isTrue(BackendProbe.isSoftwareDevice("llvmpipe (LLVM 15.0.6, 256 bits)"))
+    assert.isTrue(BackendProbe.isSoftwareDevice("SwiftShader Device (Subzero)"))
+    assert.isFalse(BackendProbe.isSoftwareDevice("NVIDIA H200"))
+  })
+
+  it.live("a probe child passes on the CPU: it loads the build, runs the probe model and reports", () =>
+    Effect.gen(function*() {
+      const outcome = yield* BackendProbe.probe("cpu", { settings })
+      assert.strictEqual(outcome._tag, "Passed", BackendProbe.describeOutcome(outcome))
+      if (outcome._tag === "Passed") {
+        assert.strictEqual(outcome.report.backend, "cpu")
+        assert.oneOf(outcome.report.build, ["prebuilt", "localBuild"])
+      }
+    }), 60_000)
+
+  it.live("auto where a GPU backend cannot run: its probe fails in its own process and the CPU is chosen", () =>
+    Effect.gen(function*() {
+      // Pretend the drivers are there: the probes start, and fail on this machine (no CUDA, no Vulkan loader).
+      const selection = yield* BackendProbe.select("auto", { settings, driverPresent: () => undefined })
+      assert.strictEqual(selection.backend, "cpu")
+      assert.deepStrictEqual(selection.outcomes.map((o) => [o._tag, o.backend]), [["Failed", "cuda"], ["Failed", "vulkan"]])
+      for (const o of selection.outcomes) assert.notStrictEqual(BackendProbe.describeOutcome(o), "")
+    }), 120_000)
+
+  it("CUDA children get ggml's CUDA graphs off, which childEnv may change; other backends and the host get nothing", () => {
+    const host = { PATH: "/usr/bin" }
+    assert.strictEqual(childEnvironment(host, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS, "1")
+    assert.strictEqual(
+      childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "0" }).GGML_CUDA_DISABLE_GRAPHS,
+      "0"
+    )
+    assert.isUndefined(childEnvironment(host, { ...settings, backend: "cpu" }).GGML_CUDA_DISABLE_GRAPHS)
+    assert.deepStrictEqual(backendDefaults("vulkan"), {})
+    assert.isUndefined(process.env.GGML_CUDA_DISABLE_GRAPHS)
+  })
+})
