@@ -23,7 +23,7 @@ export const buildsDir = Path.join(projectRoot, ".cache", "build")
 /** Builds not used for this long are removed when a new one is written (a running server may still spawn children from its own). */
 const keepUnused = 24 * 60 * 60 * 1000
 
-const entryPoints = { main: "src/cli/main.ts", child: "src/native/child.ts" }
+const entryPoints = { main: "src/cli/main.ts", child: "src/native/child.ts", probe: "src/native/probe.ts" }
 const external = ["node-llama-cpp", "fs-native-extensions"]
 
 /** Every file under `dir`, as absolute paths, in a stable order. */

@@ -10,8 +10,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
-import { createRequire } from "node:module"
-import { fileURLToPath, pathToFileURL } from "node:url"
+import { fileURLToPath } from "node:url"
 import { childEnvironment } from "./ChildEnvironment.js"
 import type { ChildSettings } from "./ChildSettings.js"
 import type { Backend } from "./Protocol.js"
@@ -87,14 +86,14 @@ export const driverAbsence = (backend: Backend, env: Readonly<Record<string, str
   }
 }
 
-/** How a probe is started: compiled `probe.js` with plain node, or `probe.ts` through tsx. */
+/**
+ * How a probe is started, as the engine child is (ChildProcess.ts): compiled, the `probe.js`
+ * beside this module; from the sources, `bin/engine-child.js probe`, the build of the sources as
+ * they are now.
+ */
 const probeArguments: ReadonlyArray<string> = import.meta.url.endsWith(".js")
   ? [fileURLToPath(new URL("./probe.js", import.meta.url))]
-  : [
-    "--import",
-    pathToFileURL(createRequire(import.meta.url).resolve("tsx")).href,
-    fileURLToPath(new URL("./probe.ts", import.meta.url))
-  ]
+  : [fileURLToPath(new URL("../../bin/engine-child.js", import.meta.url)), "probe"]
 
 /** Vulkan on the CPU (Mesa's llvmpipe, SwiftShader): it passes a probe but is slower than the CPU backend. */
 export const isSoftwareDevice = (name: string): boolean => /llvmpipe|lavapipe|swiftshader/i.test(name)
