@@ -7,6 +7,7 @@
  * is forgotten; every generation still open is ended when the engine's scope closes.
  */
 import * as Effect from "effect/Effect"
+import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
@@ -318,27 +319,25 @@ export const make = (
               g.prefilled < prefillEnd(g) ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())
             )
           )
-          let finishedSent = false
-          const decode = Stream.repeatEffectOption(
-            Effect.suspend((): Effect.Effect<AdvanceEvent, Option.Option<EngineError>> => {
-              if (finishedSent) return Effect.fail(Option.none())
+          // Decode runs up to DECODE_RUN_AHEAD steps ahead of the host's acknowledgements, so the
+          // socket round trip overlaps the next step instead of adding to it. The steps go through
+          // a mailbox that the RPC server drains whole: when the host is behind, the tokens ready
+          // leave in one message; when it keeps up, each token leaves as soon as it is decoded.
+          const decode = Stream.unwrapScoped(Effect.gen(function*() {
+            const mailbox = yield* Mailbox.make<AdvanceEvent, EngineError>(DECODE_RUN_AHEAD)
+            const finish = (reason: EngineStopReason) =>
+              mailbox.offer({ _tag: "Finished", reason, generated: g.tokens.length })
+            const next: Effect.Effect<void, EngineError> = Effect.suspend(() => {
               if (g.prefillOnly) g.finished ??= "maxTokens"
-              if (g.finished !== undefined) {
-                finishedSent = true
-                return Effect.succeed({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
-              }
-              return Effect.tap(Effect.mapError(advanceOnce(g), Option.some), (e) => {
-                if (e._tag === "Finished") finishedSent = true
-              })
+              if (g.finished !== undefined) return finish(g.finished)
+              return Effect.flatMap(advanceOnce(g), (event) =>
+                event._tag === "Finished" ? mailbox.offer(event) : Effect.zipRight(mailbox.offer(event), next))
             })
-          )
-          // Prefill chunks go one at a time (each is long; a cancel lands at the next chunk). Decode
-          // runs up to DECODE_RUN_AHEAD steps ahead of the host's acknowledgements, so the socket
-          // round trip overlaps the next step instead of adding to it.
-          return Stream.fromIterable(replay).pipe(
-            Stream.concat(prefill),
-            Stream.concat(Stream.buffer(decode, { capacity: DECODE_RUN_AHEAD }))
-          )
+            yield* next.pipe(Mailbox.into(mailbox), Effect.forkScoped)
+            return Mailbox.toStream(mailbox)
+          }))
+          // Prefill chunks go one at a time (each is long; a cancel lands at the next chunk).
+          return Stream.fromIterable(replay).pipe(Stream.concat(prefill), Stream.concat(decode))
         })
       )
 
