@@ -162,7 +162,11 @@ const makeProvider = (client: NativegenClient, socketPath: string): Provider["Ty
       Stream.suspend(() => {
         let delivered = 0
         return client.Generate(request).pipe(
-          Stream.tap((chunk) => Effect.sync(() => void (chunk._tag === "Text" && (delivered += chunk.tokens.length)))),
+          // Counted per message (a chunk of chunks), not per element: nothing is split or awaited.
+          Stream.mapChunks((chunks) => {
+            for (const chunk of chunks) if (chunk._tag === "Text") delivered += chunk.tokens.length
+            return chunks
+          }),
           Stream.mapError((error): ProviderError =>
             (error._tag === "RpcClientError" || error._tag === "ConnectionFailed") && delivered > 0
               ? new GenerationFailed({

@@ -8,6 +8,7 @@
  * the admitted contexts. Whatever waits for the engine before a request is queued (rendering and
  * tokenizing its prompt) counts against its queue timeout (Scheduler.beforeQueue).
  */
+import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -16,6 +17,7 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
+import { identity } from "effect/Function"
 import * as FiberMap from "effect/FiberMap"
 import * as Crypto from "node:crypto"
 import * as Path from "node:path"
@@ -37,7 +39,7 @@ import type {
 import { Admission } from "./Admission.js"
 import type { TemplateInputs } from "../native/Protocol.js"
 import type { OpenChannel } from "./ChannelDecoder.js"
-import { NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
+import { type GenerationEvent, NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
 import * as Continuation from "./provider/Continuation.js"
@@ -65,9 +67,6 @@ export class Provider extends Context.Tag("nativegen/Provider")<Provider, {
   /** Readiness whenever the engine state changes (the current one first). */
   readonly readinessChanges: Stream.Stream<Readiness>
 }>() {}
-
-const fromEither = <A, E>(either: Either.Either<A, E>): Effect.Effect<A, E> =>
-  Either.match(either, { onLeft: Effect.fail, onRight: Effect.succeed })
 
 const validateGenerate = validate(ValidGenerateRequest)
 const validateDecide = validate(ValidDecideRequest)
@@ -177,7 +176,8 @@ export const make = Effect.gen(function*() {
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrapScoped(
       Effect.gen(function*() {
-        const submitted = yield* Clock.currentTimeMillis
+        const clock = yield* Effect.clock
+        const submitted = clock.unsafeCurrentTimeMillis()
         yield* validateGenerate(request)
         const jsonSchema = request.responseFormat === undefined ? undefined : yield* jsonSchemaOf(request.responseFormat)
         const conversation = conversationOf(request)
@@ -207,6 +207,38 @@ export const make = Effect.gen(function*() {
         let truncatedChannel: OpenChannel | null = null
         /** Set by the event that ends the output (a stop string or the engine's Finished). */
         let ended = false
+        /** The chunks of that event (the last the stream passes on). */
+        let endGroup: ReadonlyArray<GenerateChunk> | undefined
+
+        /** What one engine event adds to the output. */
+        const onEvent = (event: GenerationEvent, now: number): Either.Either<ReadonlyArray<GenerateChunk>, ProviderError> => {
+          switch (event._tag) {
+            case "Started":
+              reused = event.reusedTokens
+              return Either.right([])
+            case "Prefilled":
+              return Either.right([])
+            case "Token": {
+              generatedTokens.push(event.token)
+              firstTokenAt ??= now
+              lastTokenAt = now
+              return Either.map(output.token(event.token, event.text, event.confidence, event.candidates), ({ chunks, stopped }) => {
+                if (stopped) {
+                  stopReason = "stopString"
+                  ended = true
+                }
+                return chunks
+              })
+            }
+            case "Finished":
+              return Either.map(output.finish(event.reason === "maxTokens"), (end) => {
+                truncatedChannel = end.truncated
+                stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
+                ended = true
+                return end.chunks
+              })
+          }
+        }
 
         const steps = worker.generate({
           prompt,
@@ -223,40 +255,27 @@ export const make = Effect.gen(function*() {
           reuseOnGrid: !continued || attached === "absent",
           jsonSchema
         }).pipe(
-          Stream.mapEffect((event): Effect.Effect<ReadonlyArray<GenerateChunk>, ProviderError> =>
-            Effect.gen(function*() {
-              const now = yield* Clock.currentTimeMillis
-              firstStepAt ??= now
-              switch (event._tag) {
-                case "Started":
-                  reused = event.reusedTokens
-                  return []
-                case "Prefilled":
-                  return []
-                case "Token": {
-                  generatedTokens.push(event.token)
-                  firstTokenAt ??= now
-                  lastTokenAt = now
-                  const { chunks, stopped } = yield* fromEither(output.token(event.token, event.text, event.confidence, event.candidates))
-                  if (stopped) {
-                    stopReason = "stopString"
-                    ended = true
-                  }
-                  return chunks
-                }
-                case "Finished": {
-                  const end = yield* fromEither(output.finish(event.reason === "maxTokens"))
-                  truncatedChannel = end.truncated
-                  stopReason = event.reason === "maxTokens" ? "maxTokens" : output.calledTools() ? "toolCalls" : "endOfGeneration"
-                  ended = true
-                  return end.chunks
-                }
+          // A message from the engine (one step, or the steps that were ready) is handled as one
+          // chunk and leaves as one: nothing per token is split off or awaited.
+          Stream.mapChunksEffect((events) => {
+            const now = clock.unsafeCurrentTimeMillis()
+            firstStepAt ??= now
+            const out: Array<ReadonlyArray<GenerateChunk>> = []
+            for (const event of events) {
+              const step = onEvent(event, now)
+              if (Either.isLeft(step)) return Effect.fail(step.left)
+              out.push(step.right)
+              // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
+              if (ended) {
+                endGroup = step.right
+                break
               }
-            })
-          ),
-          // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
-          Stream.takeUntil(() => ended),
-          Stream.flattenIterables
+            }
+            return Effect.succeed(Chunk.unsafeFromArray(out))
+          }),
+          Stream.takeUntil((group) => group === endGroup),
+          // Keeps each message's chunks together (flattenIterables would split them).
+          Stream.mapConcat(identity)
         )
 
         const done = Effect.gen(function*() {

@@ -6,7 +6,9 @@
  * Advance can replay from any index the host did not receive. A generation whose model is unloaded
  * is forgotten; every generation still open is ended when the engine's scope closes.
  */
+import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
+import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
@@ -318,27 +320,39 @@ export const make = (
               g.prefilled < prefillEnd(g) ? Effect.mapError(advanceOnce(g), Option.some) : Effect.fail(Option.none())
             )
           )
-          let finishedSent = false
-          const decode = Stream.repeatEffectOption(
-            Effect.suspend((): Effect.Effect<AdvanceEvent, Option.Option<EngineError>> => {
-              if (finishedSent) return Effect.fail(Option.none())
+          // Decode runs ahead of the host's acknowledgements, so the socket round trip overlaps the
+          // next steps instead of adding to them: each step holds one of DECODE_RUN_AHEAD + 1
+          // permits until the host acknowledged the message that carried it (the RPC server pulls
+          // again only after the ack). A pull takes every step ready: when the host is behind,
+          // they leave in one message; when it keeps up, each token leaves as soon as it is decoded.
+          const decode = Stream.unwrapScoped(Effect.gen(function*() {
+            const ready = yield* Mailbox.make<AdvanceEvent, EngineError>()
+            const permits = yield* Effect.makeSemaphore(DECODE_RUN_AHEAD + 1)
+            const emit = (event: AdvanceEvent) => Effect.zipRight(permits.take(1), ready.offer(event))
+            const next: Effect.Effect<void, EngineError> = Effect.suspend(() => {
               if (g.prefillOnly) g.finished ??= "maxTokens"
-              if (g.finished !== undefined) {
-                finishedSent = true
-                return Effect.succeed({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
-              }
-              return Effect.tap(Effect.mapError(advanceOnce(g), Option.some), (e) => {
-                if (e._tag === "Finished") finishedSent = true
-              })
+              if (g.finished !== undefined) return emit({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
+              return Effect.zipRight(
+                permits.take(1),
+                Effect.flatMap(advanceOnce(g), (event) =>
+                  event._tag === "Finished" ? ready.offer(event) : Effect.zipRight(ready.offer(event), next))
+              )
             })
-          )
-          // Prefill chunks go one at a time (each is long; a cancel lands at the next chunk). Decode
-          // runs up to DECODE_RUN_AHEAD steps ahead of the host's acknowledgements, so the socket
-          // round trip overlaps the next step instead of adding to it.
-          return Stream.fromIterable(replay).pipe(
-            Stream.concat(prefill),
-            Stream.concat(Stream.buffer(decode, { capacity: DECODE_RUN_AHEAD }))
-          )
+            yield* next.pipe(Mailbox.into(ready), Effect.forkScoped)
+            /** Steps handed to the host in the last pull: acknowledged by the time of the next. */
+            let unacknowledged = 0
+            return Stream.repeatEffectChunkOption(
+              Effect.zipRight(
+                Effect.suspend(() => permits.release(unacknowledged)),
+                Effect.flatMap(Effect.mapError(ready.takeAll, Option.some), ([events, done]) => {
+                  unacknowledged = Chunk.size(events)
+                  return Chunk.isEmpty(events) && done ? Effect.fail(Option.none()) : Effect.succeed(events)
+                })
+              )
+            )
+          }))
+          // Prefill chunks go one at a time (each is long; a cancel lands at the next chunk).
+          return Stream.fromIterable(replay).pipe(Stream.concat(prefill), Stream.concat(decode))
         })
       )
 

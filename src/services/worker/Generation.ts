@@ -60,11 +60,11 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
             )
           }
         ).pipe(
-          Stream.tap((e) =>
-            Effect.sync(() => {
-              if (e._tag === "Token") delivered++
-            })
-          )
+          // Counted per message from the child (a chunk of steps), keeping its chunk whole.
+          Stream.mapChunks((events) => {
+            for (const e of events) if (e._tag === "Token") delivered++
+            return events
+          })
         )
         return Stream.concat(Stream.make<Array<GenerationEvent>>({ _tag: "Started", reusedTokens }), steps)
       })
