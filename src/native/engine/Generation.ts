@@ -145,7 +145,7 @@ export const make = (
   faults: FaultHooks | undefined
 ): Effect.Effect<Generations, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { options, step } = native
+    const { decodeStep, options, step } = native
     const grammars = Grammars.make(native.llama)
     const failpoints: Failpoints | undefined = faults?.failpoints
     const decoded = afterDecodedToken(faults)
@@ -258,7 +258,7 @@ export const make = (
         )
       }
       return Effect.map(
-        step("decode", async () => {
+        decodeStep("decode", async () => {
           if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
             await new Promise<never>(() => {})
           }
