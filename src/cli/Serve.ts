@@ -161,6 +161,7 @@ export const runtimeOptions = (settings: ServeSettings) =>
   Effect.gen(function*() {
     const store = yield* storeOptions(settings)
     const admission = yield* Admission.AdmissionConfig.config
+    const batchDecode = yield* Config.boolean("NATIVEGEN_BATCH_DECODE").pipe(Config.withDefault(true))
     const options: Partial<Runtime.RuntimeOptions> = {
       store,
       admission: {
@@ -171,7 +172,7 @@ export const runtimeOptions = (settings: ServeSettings) =>
         }
       },
       worker: {
-        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend: settings.backend }
+        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend: settings.backend, batchDecode }
       },
       scheduler: Option.match(settings.slots, { onNone: () => ({}), onSome: (slots) => ({ slots }) })
     }

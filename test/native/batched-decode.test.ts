@@ -3,7 +3,8 @@
  * boundary run as one native evaluation (node-llama-cpp's counted dispatches, against the tokens
  * decoded), greedy output equals each generation's solo run, a decision submitted while a batch
  * runs is served at the next boundary, and a generation cancelled mid-batch leaves the others'
- * output as it would have been. In process, composed as Engine.make composes them, on the tiny
+ * output as it would have been; with batching off (NATIVEGEN_BATCH_DECODE=0) each token is its own
+ * evaluation and probabilities are bit-identical to the solo runs. In process, composed as Engine.make composes them, on the tiny
  * model (1 thread, small contexts), real inference.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -21,8 +22,8 @@ import * as Scoring from "../../src/native/engine/Scoring.js"
 const texts = ["hello there", "the quick brown fox", "once upon a time in a land", "a b c d e f"]
 const maxTokens = 16
 
-const build = Effect.gen(function*() {
-  const native = yield* Llama.make({ backend: "cpu", threads: 1, batchSize: 64 })
+const buildWith = (batchDecode: boolean) => Effect.gen(function*() {
+  const native = yield* Llama.make({ backend: "cpu", threads: 1, batchSize: 64, batchDecode })
   const residents = yield* Residents.make(native, undefined)
   const generations = yield* Generation.make(native, residents, undefined)
   const scoring = yield* Scoring.make(native, residents, undefined)
@@ -31,6 +32,7 @@ const build = Effect.gen(function*() {
   const prompts = yield* Effect.forEach(texts, (text) => residents.tokenize("generation", text, false))
   return { native, generations, scoring, prompts }
 })
+const build = buildWith(true)
 
 type Built = Effect.Effect.Success<typeof build>
 
@@ -131,5 +133,19 @@ describe("batched decode", () => {
         outputs.slice(1).map((tokens) => tokens.map((t) => t.token)),
         alone.slice(1).map((tokens) => tokens.map((t) => t.token))
       )
+    }))
+
+  it.scoped("with batching off, each decode step is its own native evaluation and probabilities equal the solo runs bit for bit", () =>
+    Effect.gen(function*() {
+      const built = yield* buildWith(false)
+      const alone = yield* solos(built)
+      const ids = yield* Effect.forEach(built.prompts, (prompt, i) => begin(built, i, prompt))
+      const before = built.native.counters()
+      const together = yield* Effect.forEach(ids, (id) => run(built, id), { concurrency: "unbounded" })
+      const after = built.native.counters()
+      assert.deepStrictEqual(together, alone)
+      const decoded = together.reduce((n, tokens) => n + tokens.length, 0)
+      assert.strictEqual(after.nativeBatches - before.nativeBatches, decoded)
+      assert.strictEqual(after.batches, 0)
     }))
 })

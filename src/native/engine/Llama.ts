@@ -22,6 +22,8 @@ export interface EngineOptions {
   readonly threads: number
   /** Largest batch evaluated in one native call; prefill chunks never exceed it. */
   readonly batchSize: number
+  /** Decode steps of concurrent generations as one native batch (default true); false: one step each. */
+  readonly batchDecode?: boolean | undefined
 }
 
 export interface Native {
@@ -66,8 +68,10 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
           Effect.tryPromise({ try: run, catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
         )
       )
-    const decodeStep = <A>(operation: string, run: () => Promise<A>, lane: Lane) =>
-      Effect.mapError(gate.batch(lane, run), (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }))
+    const decodeStep = options.batchDecode === false
+      ? step
+      : <A>(operation: string, run: () => Promise<A>, lane: Lane) =>
+        Effect.mapError(gate.batch(lane, run), (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }))
     let nativeBatches = 0
     const batching = {
       // node-llama-cpp's own "nextCycle" schedule, counted: one call per native batch it dispatches.
