@@ -32,6 +32,8 @@ export interface StepGate {
    * interruption waits for it to settle.
    */
   readonly batch: <A>(lane: Lane, start: () => Promise<A>) => Effect.Effect<A, unknown>
+  /** Whether a step of `lane` or a higher lane waits now (a long step then ends at its next native call). */
+  readonly contended: (lane: Lane) => boolean
   /** Batches started so far (each one native evaluation) and the steps they held. */
   readonly batches: () => { readonly batches: number; readonly steps: number }
 }
@@ -122,6 +124,7 @@ export const make: Effect.Effect<StepGate> = Effect.sync(() => {
         }
         return gate.withGrant(lane, step, () => Effect.uninterruptible(Deferred.await(settled)))
       }),
+    contended: (lane) => gate.waitsAtOrAbove(lane),
     batches: () => ({ batches, steps: batchedSteps })
   }
 })

@@ -38,6 +38,8 @@ export interface Native {
    * the other decode steps waiting right behind it, and they are evaluated in one native batch.
    */
   readonly decodeStep: <A>(operation: string, run: () => Promise<A>, lane: Lane) => Effect.Effect<A, EngineFailure>
+  /** Whether a step of `lane` or a higher lane waits at the gate now. */
+  readonly contended: (lane: Lane) => boolean
   /** The batching option of every context: dispatches the decodes queued in one turn as one native batch. */
   readonly batching: { readonly dispatchSchedule: (dispatch: () => void) => void }
   /** Native batches dispatched so far, and the gate's batches of decode steps and the steps in them. */
@@ -84,5 +86,5 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
       const { batches, steps } = gate.batches()
       return { nativeBatches, batches, batchedSteps: steps }
     }
-    return { llama, options, gpuLayers: llama.gpu === false ? 0 : 1_000, step, decodeStep, batching, counters }
+    return { llama, options, gpuLayers: llama.gpu === false ? 0 : 1_000, step, decodeStep, contended: gate.contended, batching, counters }
   })
