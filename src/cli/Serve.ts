@@ -165,6 +165,7 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
   Effect.gen(function*() {
     const store = yield* storeOptions(settings)
     const admission = yield* Admission.AdmissionConfig.config
+    const batchDecode = yield* Config.boolean("NATIVEGEN_BATCH_DECODE").pipe(Config.withDefault(true))
     const options: Partial<Runtime.RuntimeOptions> = {
       store,
       admission: {
@@ -175,7 +176,7 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
         }
       },
       worker: {
-        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend }
+        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend, batchDecode }
       },
       scheduler: Option.match(settings.slots, { onNone: () => ({}), onSome: (slots) => ({ slots }) })
     }

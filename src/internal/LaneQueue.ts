@@ -115,6 +115,11 @@ export class LaneQueue<Request, Grant extends NonNullable<unknown>, E = never> {
     }
   }
 
+  /** Whether anyone of `lane` or a higher lane waits now. */
+  waitsAtOrAbove(lane: Lane): boolean {
+    return this.waitingAtOrAbove(lanes.indexOf(lane))
+  }
+
   /** Whether anyone of `lane` or a higher lane waits (so a newcomer of `lane` must queue behind). */
   private waitingAtOrAbove(lane: number): boolean {
     if (this.count === 0) return false

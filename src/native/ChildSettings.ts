@@ -11,9 +11,15 @@ export interface ChildSettings {
   readonly threads: number
   /** Largest batch in one native evaluation; prefill chunks never exceed it. */
   readonly batchSize: number
+  /**
+   * Decode the steps of concurrent generations in one native batch (NATIVEGEN_BATCH_DECODE).
+   * Default on. Greedy output is the same either way; off keeps each generation's probabilities
+   * bit-identical to a solo run whatever runs beside it, at the throughput of one token per call.
+   */
+  readonly batchDecode?: boolean | undefined
 }
 
-export const defaultChildSettings: ChildSettings = { backend: "cpu", threads: 1, batchSize: 512 }
+export const defaultChildSettings: ChildSettings = { backend: "cpu", threads: 1, batchSize: 512, batchDecode: true }
 
 const backends: ReadonlyArray<Backend> = ["cpu", "cuda", "vulkan", "metal"]
 
@@ -21,6 +27,7 @@ export const childSettingsToEnv = (settings: ChildSettings): Record<string, stri
   NATIVEGEN_BACKEND: settings.backend,
   NATIVEGEN_THREADS: String(settings.threads),
   NATIVEGEN_BATCH_SIZE: String(settings.batchSize),
+  NATIVEGEN_BATCH_DECODE: settings.batchDecode === false ? "0" : "1",
   // One libuv worker: a second one lets ggml's helper thread and the step share a core (engine-notes.md).
   UV_THREADPOOL_SIZE: "1"
 })
@@ -35,6 +42,7 @@ export const childSettingsFromEnv = (env: NodeJS.ProcessEnv): ChildSettings => {
   return {
     backend,
     threads: positive(env.NATIVEGEN_THREADS, defaultChildSettings.threads),
-    batchSize: positive(env.NATIVEGEN_BATCH_SIZE, defaultChildSettings.batchSize)
+    batchSize: positive(env.NATIVEGEN_BATCH_SIZE, defaultChildSettings.batchSize),
+    batchDecode: env.NATIVEGEN_BATCH_DECODE !== "0"
   }
 }

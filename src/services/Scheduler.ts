@@ -4,7 +4,8 @@
  * (decision, foreground, utility, preparation), so a decision request runs at the next step
  * boundary of a running generation. On the host, the Scheduler admits each request before its
  * first step: a generation waits (in lane order, FIFO within a lane) for a sequence of the
- * generation context (conversations keep theirs; see scheduler/SlotPool.ts), then for a ready
+ * generation context (conversations keep theirs; see scheduler/SlotPool.ts; a request without a
+ * conversation also borrows a conversation slot no conversation owns), then for a ready
  * engine, then for its workspace charge through Admission; a decision waits for the engine and
  * its workspace. All of it is bounded: a queue length (QueueFull at once) and a queue timeout
  * (QueueTimeout); nothing is dropped silently. The queue timeout counts from the request's
@@ -198,12 +199,26 @@ export const make = Effect.gen(function*() {
   const workspace = (lane: Lane, bytes: number, label: string) =>
     Effect.catchTag(admission.workspace({ lane, bytes, label }), "InvalidCharge", Effect.die)
 
+  /**
+   * A sequence for a request without a conversation: a free anonymous one; else, at once, a free
+   * conversation slot that no conversation owns (its sequence is idle: borrowing it costs no
+   * memory and no conversation's cache); else it waits for an anonymous one.
+   */
+  const anonymousSlot = (lane: Lane) =>
+    Effect.gen(function*() {
+      const own = yield* anonymous.tryAcquire({ lane })
+      if (own !== undefined) return { ...own, slot: config.slots + own.slot }
+      const borrowed = yield* slots.tryAcquire({ lane, unownedOnly: true })
+      if (borrowed !== undefined) return borrowed
+      return yield* Effect.map(anonymous.acquire({ lane }), (g) => ({ ...g, slot: config.slots + g.slot }))
+    })
+
   const generation = (ticket: GenerationTicket) =>
     Effect.map(
       queue(ticket.lane, ticket.submittedAt, (stage) =>
         Effect.gen(function*() {
           const grant = ticket.conversation === undefined
-            ? yield* Effect.map(anonymous.acquire({ lane: ticket.lane }), (g) => ({ ...g, slot: config.slots + g.slot }))
+            ? yield* anonymousSlot(ticket.lane)
             : yield* slots.acquire({ lane: ticket.lane, conversation: ticket.conversation })
           yield* stage(engineWait)
           yield* engineReady

@@ -40,13 +40,16 @@ const awaitReadiness = (until: (r: Effect.Effect.Success<HttpTest["Type"]["provi
     ))
 
 describe("OpenAI API: limits", () => {
-  layer(HttpTest.layer({ runtime: { scheduler: { anonymousSlots: 1, maxQueued: 1 } } }), { timeout: 180_000, excludeTestServices: true })((it) => {
+  // One anonymous sequence; the one conversation slot is owned first, so requests without a
+  // conversation cannot borrow it.
+  layer(HttpTest.layer({ runtime: { scheduler: { slots: 1, anonymousSlots: 1, maxQueued: 1 } } }), { timeout: 180_000, excludeTestServices: true })((it) => {
     it.effect("a full queue is 429 queue_full with Retry-After; the running and queued streams are unaffected", () =>
       Effect.gen(function*() {
         const openai = yield* client
         const { config } = yield* HttpTest
         // Each stream is aborted when its fiber is interrupted (the signal Effect.promise passes).
         const stream = (signal: AbortSignal) => openai.chat.completions.create(long, { signal })
+        yield* Stream.runDrain((yield* HttpTest).provider.generate({ messages: [{ role: "user", content: "own the slot" }], maxTokens: 1, conversation: "owner" }))
         const running = yield* Effect.fork(Effect.promise(async (signal) => {
           const chunks = (await stream(signal))[Symbol.asyncIterator]()
           await chunks.next()

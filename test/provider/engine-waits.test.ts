@@ -113,15 +113,15 @@ describe("waiting for the engine", () => {
 
   // The queue timeout counts from submission: what a request spent before its queue is not given again.
   layer(
-    runtimeLayer({ scheduler: { anonymousSlots: 1, queueTimeout: Duration.millis(QUEUE_TIMEOUT_MILLIS) } }),
+    runtimeLayer({ scheduler: { slots: 1, anonymousSlots: 1, queueTimeout: Duration.millis(QUEUE_TIMEOUT_MILLIS) } }),
     { timeout: 120_000, excludeTestServices: true }
-  )("one anonymous slot", (it) => {
+  )("one conversation slot", (it) => {
     it.effect("a request submitted earlier waits for its slot only for what is left of its queue timeout", () =>
       Effect.gen(function*() {
         const provider = yield* Provider
         const scheduler = yield* Scheduler
         const started = yield* Effect.makeLatch(false)
-        const holder = yield* provider.generate({ ...ask, messages: [{ role: "user", content: "hold the slot" }], maxTokens: 3000 }).pipe(
+        const holder = yield* provider.generate({ ...ask, messages: [{ role: "user", content: "hold the slot" }], maxTokens: 3000, conversation: "holder" }).pipe(
           Stream.tap(() => started.open),
           Stream.runDrain,
           Effect.fork
@@ -130,7 +130,7 @@ describe("waiting for the engine", () => {
         const spent = 1500
         const start = yield* Clock.currentTimeMillis
         const error = yield* Effect.scoped(
-          scheduler.generation({ lane: "foreground", label: "late", submittedAt: start - spent })
+          scheduler.generation({ lane: "foreground", label: "late", conversation: "late", submittedAt: start - spent })
         ).pipe(Effect.flip)
         const elapsed = (yield* Clock.currentTimeMillis) - start
         assert.strictEqual(error._tag, "QueueTimeout")

@@ -152,25 +152,27 @@ describe("Provider scheduling", () => {
       }))
   })
 
-  layer(runtimeLayer({ scheduler: { anonymousSlots: 1, maxQueued: 1, queueTimeout: Duration.millis(1500) } }), {
+  // Requests without a conversation also borrow unowned conversation slots: these take turns in
+  // the one conversation slot.
+  layer(runtimeLayer({ scheduler: { slots: 1, anonymousSlots: 1, maxQueued: 1, queueTimeout: Duration.millis(1500) } }), {
     timeout: 120_000,
     excludeTestServices: true
-  })("one anonymous slot, a queue of one", (it) => {
+  })("one conversation slot, a queue of one", (it) => {
     it.effect("a full queue refuses at once; a request that waits too long fails with what it waited for", () =>
       Effect.gen(function*() {
         const provider = yield* Provider
         const scheduler = yield* Scheduler
         const started = yield* Deferred.make<void>()
-        const holder = yield* provider.generate(ask("hold the only slot", 3000)).pipe(
+        const holder = yield* provider.generate(ask("hold the only slot", 3000, { conversation: "holder" })).pipe(
           Stream.tap(() => Deferred.succeed(started, undefined)),
           Stream.runDrain,
           Effect.fork
         )
         yield* Deferred.await(started)
-        const waiting = yield* Effect.fork(Effect.either(collect(provider, ask("wait for it", 3))))
+        const waiting = yield* Effect.fork(Effect.either(collect(provider, ask("wait for it", 3, { conversation: "waiter" }))))
         // The second request is queued (not yet refused or timed out).
         yield* scheduler.status.pipe(Effect.repeat({ until: (s) => s.queued === 1, schedule: Schedule.spaced("5 millis") }))
-        const full = yield* Effect.flip(collect(provider, ask("no room", 3)))
+        const full = yield* Effect.flip(collect(provider, ask("no room", 3, { conversation: "refused" })))
         assert.strictEqual(full._tag, "QueueFull")
         if (full._tag === "QueueFull") assert.deepStrictEqual([full.lane, full.limit], ["foreground", 1])
         const timedOut = yield* Fiber.join(waiting)

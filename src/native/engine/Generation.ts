@@ -1,8 +1,8 @@
 /**
  * Generations on the generation model's sequences, as a state machine driven by the host: Begin
  * claims an idle sequence and keeps the longest cached prefix of the prompt; each Advance step is
- * one prefill chunk or one decoded token (so a cancel lands at the next step and other lanes run
- * between steps); End releases the sequence. What a generation produced stays with it, so an
+ * prefill chunks (a native batch's worth, fewer when another step waits) or one decoded token (so
+ * a cancel lands at the next step and other lanes run between steps); End releases the sequence. What a generation produced stays with it, so an
  * Advance can replay from any index the host did not receive. A generation whose model is unloaded
  * is forgotten; every generation still open is ended when the engine's scope closes.
  */
@@ -147,7 +147,7 @@ export const make = (
   faults: FaultHooks | undefined
 ): Effect.Effect<Generations, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { options, step } = native
+    const { contended, decodeStep, options, step } = native
     const grammars = Grammars.make(native.llama)
     const failpoints: Failpoints | undefined = faults?.failpoints
     const decoded = afterDecodedToken(faults)
@@ -242,25 +242,31 @@ export const make = (
         return g === undefined ? Effect.fail(new UnknownGeneration({ generationId })) : Effect.succeed(g)
       })
 
-    /** One step: a prefill chunk or one decoded token. */
+    /** One step: prefill chunks (one native call each) or one decoded token. */
     const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
       const last = prefillEnd(g)
       if (g.prefilled < last) {
         // Chunks end on the grid of multiples of the chunk size, wherever reuse left off: a prompt
-        // whose cached part ends on the grid is split into the same batches as a cold run.
-        const chunkEnd = (Math.floor(g.prefilled / g.prefillChunk) + 1) * g.prefillChunk
-        const chunk = g.prompt.slice(g.prefilled, Math.min(chunkEnd, last))
+        // whose cached part ends on the grid is split into the same batches as a cold run. One
+        // step runs chunk after chunk (each its own native call, so the split is the grid's) up to
+        // a native batch's worth of tokens, and ends after the chunk in flight when a step of its
+        // lane or a higher one waits: a decision still runs after at most one chunk.
+        const onGrid = (at: number) => Math.floor(at / g.prefillChunk) * g.prefillChunk
+        const stepEnd = Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
         return Effect.map(
           step("prefill", async () => {
-            await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
-            g.prefilled += chunk.length
+            do {
+              const chunk = g.prompt.slice(g.prefilled, Math.min(onGrid(g.prefilled) + g.prefillChunk, stepEnd))
+              await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
+              g.prefilled += chunk.length
+            } while (g.prefilled < stepEnd && !contended(g.lane))
           }, g.lane),
           // Read after the step: the tokens prefilled so far, this chunk included.
           () => ({ _tag: "Prefilled", done: g.prefilled, total: g.prompt.length }) as const
         )
       }
       return Effect.map(
-        step("decode", async () => {
+        decodeStep("decode", async () => {
           if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
             await new Promise<never>(() => {})
           }

@@ -4,7 +4,10 @@
  * native call runs as one atomic step through the step gate, in lane order (decision first), so a
  * decision submitted between two steps of a generation runs at the next step boundary, and an
  * interrupted step always completes before the interruption takes effect: the native engine is
- * never left mid-call.
+ * never left mid-call. `decodeStep` is a step that batches: the decode steps of generations that
+ * are ready at the same boundary start together and node-llama-cpp evaluates them in one native
+ * batch (StepGate.ts); `batching` is the context option that lets it, and counts the native
+ * batches it dispatches.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -19,6 +22,8 @@ export interface EngineOptions {
   readonly threads: number
   /** Largest batch evaluated in one native call; prefill chunks never exceed it. */
   readonly batchSize: number
+  /** Decode steps of concurrent generations as one native batch (default true); false: one step each. */
+  readonly batchDecode?: boolean | undefined
 }
 
 export interface Native {
@@ -28,6 +33,17 @@ export interface Native {
   readonly gpuLayers: number
   /** Runs one native call atomically, in lane order at the gate; interruption waits for the step. */
   readonly step: <A>(operation: string, run: () => Promise<A>, lane?: Lane) => Effect.Effect<A, EngineFailure>
+  /**
+   * Runs one native call on a generation sequence as a batchable step: it starts together with
+   * the other decode steps waiting right behind it, and they are evaluated in one native batch.
+   */
+  readonly decodeStep: <A>(operation: string, run: () => Promise<A>, lane: Lane) => Effect.Effect<A, EngineFailure>
+  /** Whether a step of `lane` or a higher lane waits at the gate now. */
+  readonly contended: (lane: Lane) => boolean
+  /** The batching option of every context: dispatches the decodes queued in one turn as one native batch. */
+  readonly batching: { readonly dispatchSchedule: (dispatch: () => void) => void }
+  /** Native batches dispatched so far, and the gate's batches of decode steps and the steps in them. */
+  readonly counters: () => { readonly nativeBatches: number; readonly batches: number; readonly batchedSteps: number }
 }
 
 export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailure, Scope.Scope> =>
@@ -54,5 +70,21 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
           Effect.tryPromise({ try: run, catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
         )
       )
-    return { llama, options, gpuLayers: llama.gpu === false ? 0 : 1_000, step }
+    const decodeStep = options.batchDecode === false
+      ? step
+      : <A>(operation: string, run: () => Promise<A>, lane: Lane) =>
+        Effect.mapError(gate.batch(lane, run), (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }))
+    let nativeBatches = 0
+    const batching = {
+      // node-llama-cpp's own "nextCycle" schedule, counted: one call per native batch it dispatches.
+      dispatchSchedule: (dispatch: () => void) => {
+        nativeBatches += 1
+        setImmediate(dispatch)
+      }
+    }
+    const counters = () => {
+      const { batches, steps } = gate.batches()
+      return { nativeBatches, batches, batchedSteps: steps }
+    }
+    return { llama, options, gpuLayers: llama.gpu === false ? 0 : 1_000, step, decodeStep, contended: gate.contended, batching, counters }
   })

@@ -100,7 +100,8 @@ export const make = (native: Native, failpoints: Failpoints | undefined): Effect
                 contextSize,
                 sequences,
                 threads: options.threads,
-                batchSize: Math.min(options.batchSize, contextSize)
+                batchSize: Math.min(options.batchSize, contextSize),
+                batching: native.batching
               })
               return { model, context }
             } catch (cause) {

@@ -4,7 +4,9 @@
  * cache is its reuse); when every free slot belongs to some conversation, the least recently
  * used one is taken over. The slots are a capacity behind the lane queue (internal/LaneQueue.ts):
  * a waiter that is interrupted leaves the queue; a slot is released exactly once, when the scope
- * that acquired it closes.
+ * that acquired it closes. A request without a conversation may also borrow a free slot that no
+ * conversation owns, at once or not at all (`tryAcquire` with `unownedOnly`): it never waits in
+ * this pool nor takes a conversation's slot over.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
@@ -20,10 +22,14 @@ export interface Grant {
 export interface SlotRequest {
   readonly lane: Lane
   readonly conversation?: string | undefined
+  /** Only a free slot that no conversation owns (never taking one over). */
+  readonly unownedOnly?: boolean | undefined
 }
 
 export interface SlotPool {
   readonly acquire: (request: SlotRequest) => Effect.Effect<Grant, never, Scope.Scope>
+  /** A slot for the request now, held for the scope, or undefined (nothing waited for) when none is free or others wait. */
+  readonly tryAcquire: (request: SlotRequest) => Effect.Effect<Grant | undefined, never, Scope.Scope>
   readonly status: Effect.Effect<{ readonly busy: number; readonly waiting: number; readonly slots: number; readonly owned: number }>
   /** The slot a conversation owns now, if any. */
   readonly slotOf: (conversation: string) => number | undefined
@@ -38,7 +44,7 @@ export const make = (slots: number): Effect.Effect<SlotPool> =>
 
     /** The slot for a request among the free ones, or undefined when none is free. */
     const pick = (request: SlotRequest): Grant | undefined => {
-      const free = Array.from({ length: slots }, (_, i) => i).filter((i) => !busy.has(i))
+      const free = Array.from({ length: slots }, (_, i) => i).filter((i) => !busy.has(i) && !(request.unownedOnly === true && owner.has(i)))
       if (free.length === 0) return undefined
       const own = request.conversation === undefined
         ? undefined
@@ -75,6 +81,12 @@ export const make = (slots: number): Effect.Effect<SlotPool> =>
 
     return {
       acquire: (request) => queue.acquire(request.lane, request),
+      tryAcquire: (request) =>
+        Effect.uninterruptible(Effect.suspend(() => {
+          // Never ahead of a waiter: one waits only while no slot is free for it.
+          const grant = queue.size > 0 ? undefined : take(request)
+          return grant === undefined ? Effect.succeed(undefined) : Effect.as(Effect.addFinalizer(() => queue.release(grant)), grant)
+        })),
       status: Effect.sync(() => ({ busy: busy.size, waiting: queue.size, slots, owned: owner.size })),
       slotOf: (conversation) => {
         for (const [i, o] of owner) if (o.conversation === conversation) return i
