@@ -58,14 +58,23 @@ const prepareStore = (home: Home, settings: Settings) =>
 
 const storeRoot = (home: Home) => Path.join(home.env.XDG_DATA_HOME!, "nativegen", "store")
 
-/** The server's environment: threads, the generation context, the HTTP API on `port`. */
+/**
+ * The server's environment: threads, the generation context, the HTTP API on `port`, and as many
+ * sequences for requests without a conversation as llama-server's default parallel slots (4), so
+ * the concurrent figures compare like with like (nativegen's default is 1, beside its 2
+ * conversation slots: each sequence holds a whole context of KV memory).
+ */
 export const serverEnvironment = (home: Home, settings: Settings, port: number): Record<string, string> => ({
   NATIVEGEN_STORE_ROOT: storeRoot(home),
   NATIVEGEN_THREADS: String(settings.threads),
   NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: String(settings.contextSize),
   NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP: "512",
+  NATIVEGEN_SCHEDULER_ANONYMOUS_SLOTS: String(LLAMA_SERVER_DEFAULT_SLOTS),
   NATIVEGEN_HTTP: `127.0.0.1:${port}`
 })
+
+/** llama-server's default number of parallel slots (`--parallel`, auto: 4). */
+export const LLAMA_SERVER_DEFAULT_SLOTS = 4
 
 /** `nativegen serve` over a fresh home holding the model, with a connected client, for the scope. */
 export const serve = (settings: Settings): Effect.Effect<Served, never, Scope.Scope> =>

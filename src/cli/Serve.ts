@@ -160,11 +160,15 @@ export const storeOptions = (settings: StoreSettings) =>
     return { ...store, root: settings.storeRoot, trustedKeys: [...store.trustedKeys, ...keys] }
   })
 
-/** The runtime's options: the services' own env configs (NATIVEGEN_STORE_*, NATIVEGEN_ADMISSION_*), then the flags. */
+/**
+ * The runtime's options: the services' own env configs (NATIVEGEN_STORE_*, NATIVEGEN_ADMISSION_*,
+ * NATIVEGEN_SCHEDULER_*), then the flags.
+ */
 export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
   Effect.gen(function*() {
     const store = yield* storeOptions(settings)
     const admission = yield* Admission.AdmissionConfig.config
+    const scheduler = yield* Scheduler.SchedulerConfig.config
     const batchDecode = yield* Config.boolean("NATIVEGEN_BATCH_DECODE").pipe(Config.withDefault(true))
     const options: Partial<Runtime.RuntimeOptions> = {
       store,
@@ -178,7 +182,7 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
       worker: {
         child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend, batchDecode }
       },
-      scheduler: Option.match(settings.slots, { onNone: () => ({}), onSome: (slots) => ({ slots }) })
+      scheduler: Option.match(settings.slots, { onNone: () => scheduler, onSome: (slots) => ({ ...scheduler, slots }) })
     }
     return options
   })

@@ -5,11 +5,13 @@
  * its engine child and removes the socket.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
+import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Either from "effect/Either"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
@@ -19,7 +21,7 @@ import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Path from "node:path"
 import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
-import { exposureWarning } from "../../src/cli/Serve.js"
+import { exposureWarning, runtimeOptions } from "../../src/cli/Serve.js"
 import { GenerateChunk, Readiness } from "../../src/domain/Inference.js"
 import { HttpConfig, parseListen } from "../../src/http/HttpConfig.js"
 import { awaitGone, isAlive } from "../support/processes.js"
@@ -461,4 +463,32 @@ describe("serve's HTTP settings", () => {
     assert.isUndefined(exposureWarning(config("[::1]:8080")))
     assert.isUndefined(exposureWarning(config("/run/nativegen/http.sock")))
   })
+})
+
+describe("serve's runtime settings", () => {
+  it.scoped("the scheduler's NATIVEGEN_SCHEDULER_* settings reach the runtime; --slots overrides its slots", () =>
+    Effect.gen(function*() {
+      const home = yield* makeHome
+      const settings = {
+        storeRoot: Path.join(home.dir, "store"),
+        trustedKeys: Path.join(home.dir, "keys"),
+        trustKeys: [],
+        socket: Path.join(home.dir, "s.sock"),
+        threads: 1,
+        backend: "cpu" as const,
+        generationContext: Option.none(),
+        decisionContext: Option.none(),
+        slots: Option.none(),
+        http: Option.none(),
+        apiKey: Option.none(),
+        apiKeyFile: Option.none()
+      }
+      const environment = ConfigProvider.fromMap(new Map([["NATIVEGEN_SCHEDULER_ANONYMOUS_SLOTS", "3"], ["NATIVEGEN_SCHEDULER_SLOTS", "4"]]))
+      const fromEnv = yield* Effect.withConfigProvider(runtimeOptions(settings, "cpu"), environment)
+      assert.strictEqual(fromEnv.scheduler?.anonymousSlots, 3)
+      assert.strictEqual(fromEnv.scheduler?.slots, 4)
+      const flagged = yield* Effect.withConfigProvider(runtimeOptions({ ...settings, slots: Option.some(6) }, "cpu"), environment)
+      assert.strictEqual(flagged.scheduler?.anonymousSlots, 3)
+      assert.strictEqual(flagged.scheduler?.slots, 6)
+    }))
 })
