@@ -361,18 +361,19 @@ const decision = Effect.gen(function*() {
   paired({
     ...common,
     id: "decision.delay",
-    title: "decision submitted mid-generation: added delay (mid-generation − idle) ÷ one decode step",
+    title: "decision mid-generation: added delay ÷ one decode step",
+    note: `${common.note}: the decision's time mid-generation minus the same decision's on the idle engine, per round`,
     target: { comparison: "atMost", value: 1.5 }
   }, loaded.map((l, i) => Math.max(0, l.delay - idle[i]!.delay)), loaded.map((l) => l.step))
   paired({
     ...common,
     id: "decision.latency",
-    title: "decision submitted mid-generation: whole time to its answer ÷ one decode step (reference)"
+    title: "decision mid-generation: time to answer ÷ decode step (ref.)"
   }, loaded.map((l) => l.delay), loaded.map((l) => l.step))
   paired({
     ...common,
     id: "decision.idle",
-    title: "the same decision on the idle engine ÷ one decode step (reference)"
+    title: "same decision on an idle engine ÷ decode step (ref.)"
   }, idle.map((i) => i.delay), loaded.map((l) => l.step))
 })
 
