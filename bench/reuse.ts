@@ -39,6 +39,7 @@ import * as Conversations from "../src/services/Conversations.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
 import { Provider } from "../src/services/Provider.js"
 import { Scheduler } from "../src/services/Scheduler.js"
+import { wordsOf } from "./peer/Prompts.js"
 
 const ROUNDS = Number(process.env.BENCH_REUSE_ROUNDS ?? 5)
 /** Tokens of the chat that turn 1 (or preparation) leaves in the slot. */
@@ -52,28 +53,6 @@ const KINDS = ["cold", "continuation", "prefix", "restored", "prepared"] as cons
 type Kind = typeof KINDS[number]
 
 // Words of the fixture vocabulary: each is one token after a space.
-const WORDS = (
-  "the of and to in is it you that he was for on are with as his they be at one have this from " +
-  "or had by word but what some we can out other were all there when up use your how said an each " +
-  "she which do their time if will way about many then them write would like so these her long make " +
-  "thing see him two has look more day could go come did number sound no most people my over know " +
-  "water than call first who may down side been now find any new work part take get place made live"
-).split(" ")
-
-/** Deterministic words from a seed (xorshift over the seed's sha256). */
-const wordsOf = (seed: string, n: number) => {
-  const h = Crypto.createHash("sha256").update(seed).digest()
-  let x = h.readUInt32LE(0) | 1
-  const out: Array<string> = []
-  for (let i = 0; i < n; i++) {
-    x ^= x << 13
-    x ^= x >>> 17
-    x ^= x << 5
-    out.push(WORDS[(x >>> 0) % WORDS.length]!)
-  }
-  return out.join(" ")
-}
-
 interface Sizes {
   readonly system: number
   readonly user1: number

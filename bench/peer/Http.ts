@@ -75,6 +75,28 @@ export const splitEvents = (buffer: string): { readonly payloads: ReadonlyArray<
   return { payloads, rest }
 }
 
+/** llama-server's own timings, in this module's names. */
+const timingsOf = (t: NonNullable<Event["timings"]>): NonNullable<Streamed["timings"]> => ({
+  ...(t.cache_n === undefined ? {} : { cacheN: t.cache_n }),
+  ...(t.prompt_n === undefined ? {} : { promptN: t.prompt_n }),
+  ...(t.prompt_per_second === undefined ? {} : { promptPerSecond: t.prompt_per_second }),
+  ...(t.predicted_n === undefined ? {} : { predictedN: t.predicted_n }),
+  ...(t.predicted_per_second === undefined ? {} : { predictedPerSecond: t.predicted_per_second })
+})
+
+/** The server-sent-event payloads of a response body, each with when its bytes arrived (ms after `start`). */
+async function* eventsOf(body: AsyncIterable<Uint8Array>, start: number): AsyncGenerator<{ readonly now: number; readonly payload: string }> {
+  let buffer = ""
+  const decoder = new TextDecoder()
+  for await (const bytes of body) {
+    const now = performance.now() - start
+    buffer += decoder.decode(bytes, { stream: true })
+    const { payloads, rest } = splitEvents(buffer)
+    buffer = rest
+    for (const payload of payloads) yield { now, payload }
+  }
+}
+
 export const streamChat = async (baseUrl: string, request: ChatRequest, headers: Record<string, string> = {}): Promise<Streamed> => {
   const start = performance.now()
   const response = await fetch(`${baseUrl}/v1/chat/completions`, {
@@ -91,37 +113,20 @@ export const streamChat = async (baseUrl: string, request: ChatRequest, headers:
   let timings: Streamed["timings"]
   let firstChoice: number | undefined
   let text = ""
-  let buffer = ""
-  const decoder = new TextDecoder()
-  for await (const bytes of response.body) {
-    const now = performance.now() - start
-    buffer += decoder.decode(bytes, { stream: true })
-    const { payloads, rest } = splitEvents(buffer)
-    buffer = rest
-    for (const payload of payloads) {
-      if (payload === "[DONE]") continue
-      const event = JSON.parse(payload) as Event & { error?: unknown }
-      if (event.error !== undefined) throw new Error(`${baseUrl}: stream error ${JSON.stringify(event.error)}`)
-      if ((event.choices?.length ?? 0) > 0) firstChoice ??= now
-      if (carriesText(event)) {
-        arrivals.push(now)
-        for (const c of event.choices ?? []) text += (c.delta?.reasoning_content ?? "") + (c.delta?.content ?? "")
-      }
-      if (event.usage !== undefined) {
-        promptTokens = event.usage.prompt_tokens
-        completionTokens = event.usage.completion_tokens
-      }
-      if (event.timings !== undefined) {
-        const t = event.timings
-        timings = {
-          ...(t.cache_n === undefined ? {} : { cacheN: t.cache_n }),
-          ...(t.prompt_n === undefined ? {} : { promptN: t.prompt_n }),
-          ...(t.prompt_per_second === undefined ? {} : { promptPerSecond: t.prompt_per_second }),
-          ...(t.predicted_n === undefined ? {} : { predictedN: t.predicted_n }),
-          ...(t.predicted_per_second === undefined ? {} : { predictedPerSecond: t.predicted_per_second })
-        }
-      }
+  for await (const { now, payload } of eventsOf(response.body, start)) {
+    if (payload === "[DONE]") continue
+    const event = JSON.parse(payload) as Event & { error?: unknown }
+    if (event.error !== undefined) throw new Error(`${baseUrl}: stream error ${JSON.stringify(event.error)}`)
+    if ((event.choices?.length ?? 0) > 0) firstChoice ??= now
+    if (carriesText(event)) {
+      arrivals.push(now)
+      for (const c of event.choices ?? []) text += (c.delta?.reasoning_content ?? "") + (c.delta?.content ?? "")
     }
+    if (event.usage !== undefined) {
+      promptTokens = event.usage.prompt_tokens
+      completionTokens = event.usage.completion_tokens
+    }
+    if (event.timings !== undefined) timings = timingsOf(event.timings)
   }
   return {
     arrivals: arrivals.length === 0 && firstChoice !== undefined ? [firstChoice] : arrivals,
@@ -189,20 +194,12 @@ export const streamCompletion = async (
   const arrivals: Array<number> = []
   let last: CompletionEvent | undefined
   let text = ""
-  let buffer = ""
-  const decoder = new TextDecoder()
-  for await (const bytes of response.body) {
-    const now = performance.now() - start
-    buffer += decoder.decode(bytes, { stream: true })
-    const { payloads, rest } = splitEvents(buffer)
-    buffer = rest
-    for (const payload of payloads) {
-      const event = JSON.parse(payload) as CompletionEvent
-      if (event.stop === true) last = event
-      else {
-        arrivals.push(now)
-        text += event.content ?? ""
-      }
+  for await (const { now, payload } of eventsOf(response.body, start)) {
+    const event = JSON.parse(payload) as CompletionEvent
+    if (event.stop === true) last = event
+    else {
+      arrivals.push(now)
+      text += event.content ?? ""
     }
   }
   const t = last?.timings
@@ -212,12 +209,6 @@ export const streamCompletion = async (
     text,
     promptTokens: last?.tokens_evaluated,
     completionTokens: last?.tokens_predicted,
-    timings: t === undefined ? undefined : {
-      ...(t.cache_n === undefined ? {} : { cacheN: t.cache_n }),
-      ...(t.prompt_n === undefined ? {} : { promptN: t.prompt_n }),
-      ...(t.prompt_per_second === undefined ? {} : { promptPerSecond: t.prompt_per_second }),
-      ...(t.predicted_n === undefined ? {} : { predictedN: t.predicted_n }),
-      ...(t.predicted_per_second === undefined ? {} : { predictedPerSecond: t.predicted_per_second })
-    }
+    timings: t === undefined ? undefined : timingsOf(t)
   }
 }
