@@ -7,7 +7,7 @@ import * as fc from "fast-check"
 import { ensureModel } from "../fixtures/models.js"
 import { DECODE_RUN_AHEAD } from "../src/native/Protocol.js"
 import { type GenerationEvent, NativeWorker } from "../src/services/NativeWorker.js"
-import { workerLayer } from "./support/engine.js"
+import { testChild, workerLayer } from "./support/engine.js"
 import { isAlive } from "./support/processes.js"
 import { referenceChatTokens, referenceGreedy, referenceLabelLogLikelihoods } from "./support/reference.js"
 
@@ -82,18 +82,23 @@ describe("NativeWorker", () => {
           worker.generate({ prompt, maxTokens: 200, sampling: greedy }),
           (e) => e._tag === "Token" && e.index === 9
         )
-        assert.deepStrictEqual(tokensOf(Chunk.fromIterable(seen)), full.slice(0, 10))
-        // The KV cache shows how far the child went: at most its decode run-ahead plus the step in flight.
+        // Tokens ready together arrive in one message: the caller may hold a few past the one it
+        // stopped at, each once and in order.
+        const received = tokensOf(Chunk.fromIterable(seen))
+        expect(received.length).toBeGreaterThanOrEqual(10)
+        assert.deepStrictEqual(received, full.slice(0, received.length))
+        // The KV cache shows how far the child went: at most its decode run-ahead plus the step in
+        // flight past what the caller received.
         const probe = yield* Stream.runCollect(
           worker.generate({ prompt: [...prompt, ...full, 17], maxTokens: 1, sampling: greedy })
         )
         const started = Chunk.unsafeHead(probe)
         assert(started._tag === "Started")
         expect(started.reusedTokens).toBeGreaterThanOrEqual(prompt.length + 9)
-        expect(started.reusedTokens).toBeLessThanOrEqual(prompt.length + 10 + DECODE_RUN_AHEAD + 1)
+        expect(started.reusedTokens).toBeLessThanOrEqual(prompt.length + received.length + DECODE_RUN_AHEAD + 1)
       }))
 
-    it.effect("a cancel during a long prefill stops within one chunk, and the prefilled part is reused", () =>
+    it.effect("a cancel during a long prefill stops within one prefill step, and the prefilled part is reused", () =>
       Effect.gen(function*() {
         const worker = yield* NativeWorker
         const text = Array.from({ length: 700 }, (_, i) => `word ${i % 37} of the sentence`).join(" ")
@@ -109,7 +114,9 @@ describe("NativeWorker", () => {
         const started = Chunk.unsafeHead(again)
         assert(started._tag === "Started")
         expect(started.reusedTokens).toBeGreaterThanOrEqual(firstChunk)
-        expect(started.reusedTokens).toBeLessThanOrEqual(firstChunk + 2 * 128)
+        // A prefill step runs grid chunks back to back up to the batch size while nothing else
+        // waits (a cancel is not a waiting step): the cancel lands after the step in flight.
+        expect(started.reusedTokens).toBeLessThanOrEqual(firstChunk + 2 * testChild.batchSize)
         assert.strictEqual(tokensOf(again).length, 4)
       }))
 

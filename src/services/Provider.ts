@@ -209,6 +209,8 @@ export const make = Effect.gen(function*() {
         let ended = false
         /** The chunks of that event (the last the stream passes on). */
         let endGroup: ReadonlyArray<GenerateChunk> | undefined
+        /** A failure found in the middle of a message: raised after the chunks before it. */
+        let failedAfter: { readonly error: ProviderError; readonly group: ReadonlyArray<GenerateChunk> } | undefined
 
         /** What one engine event adds to the output. */
         const onEvent = (event: GenerationEvent, now: number): Either.Either<ReadonlyArray<GenerateChunk>, ProviderError> => {
@@ -263,7 +265,13 @@ export const make = Effect.gen(function*() {
             const out: Array<ReadonlyArray<GenerateChunk>> = []
             for (const event of events) {
               const step = onEvent(event, now)
-              if (Either.isLeft(step)) return Effect.fail(step.left)
+              if (Either.isLeft(step)) {
+                // What came before the failure in the same message is delivered first (nothing lost).
+                if (out.length === 0) return Effect.fail(step.left)
+                failedAfter = { error: step.left, group: out[out.length - 1]! }
+                endGroup = failedAfter.group
+                break
+              }
               out.push(step.right)
               // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
               if (ended) {
@@ -275,7 +283,8 @@ export const make = Effect.gen(function*() {
           }),
           Stream.takeUntil((group) => group === endGroup),
           // Keeps each message's chunks together (flattenIterables would split them).
-          Stream.mapConcat(identity)
+          Stream.mapConcat(identity),
+          Stream.concat(Stream.suspend(() => (failedAfter === undefined ? Stream.empty : Stream.fail(failedAfter.error))))
         )
 
         const done = Effect.gen(function*() {
