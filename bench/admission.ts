@@ -1,11 +1,12 @@
 /**
- * Admission's charge against what a role really takes: for each model and context size, in a
- * fresh engine child, context admission (default margin) gives the charge (weights + KV and
- * compute, with margin); the role is then loaded and used once (a 600-token prefill in 512-token
- * batches and two decoded tokens, so its buffers are touched), and the child's resident set growth
- * across load and use (/proc/<pid>/status) is the measurement. Prints charge ÷ measured per case
- * (target: at least 1, at most 1.15) and the load average. Set BENCH_ADMISSION_CASES to
- * `model:context,...` to choose the cases.
+ * Admission's charge against what a role really takes: for each model and context size, a fresh
+ * engine child says hello (the baseline), context admission (default margin) gives the charge
+ * (weights, vocabulary and KV and the compute the engine touches, with margin); the role is then
+ * loaded and used once (a 600-token prefill in 512-token batches and two decoded tokens, so its
+ * buffers are touched), and the child's resident set growth since hello (/proc/<pid>/status) is the
+ * measurement: all the role cost that child, planning included. Prints charge / measured per case
+ * (target: at least 1, at most 1.15), the bare plan and the planning's own growth, and the load
+ * average. Set BENCH_ADMISSION_CASES to `model:context,...` to choose the cases.
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -17,7 +18,7 @@ import { EngineUnavailable } from "../src/domain/EngineError.js"
 import { spawn } from "../src/native/ChildProcess.js"
 import * as Admission from "../src/services/Admission.js"
 
-const cases = (process.env.BENCH_ADMISSION_CASES ?? "tiny:4096,decision:1024,bench:1024,bench:4096,qwen-bench:1024,qwen-bench:4096")
+const cases = (process.env.BENCH_ADMISSION_CASES ?? "tiny:4096,bench:1024,bench:4096,bench:8192,qwen-bench:1024,qwen-bench:4096,qwen-bench:8192")
   .split(",")
   .map((c) => {
     const [model, context] = c.split(":")
@@ -33,6 +34,7 @@ const measure = (model: ModelName, context: number) =>
     const child = yield* spawn({ settings: { backend: "cpu", threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(3) })
     const { client } = child
     const hello = yield* client.Hello()
+    const before = yield* rss(child.pid)
     const plan: Admission.Planner = (modelPath, contextSizes, sequences) =>
       client.Plan({ modelPath, contextSizes, sequences }).pipe(
         Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
@@ -45,7 +47,7 @@ const measure = (model: ModelName, context: number) =>
     )
     const admitted = yield* admission.admitContexts({ generation: { modelPath: ensureModel(model), cap: context } }, plan)
     const role = admitted.roles[0]!
-    const before = yield* rss(child.pid)
+    const afterPlan = yield* rss(child.pid)
     yield* client.Load({ role: "generation", modelPath: role.modelPath, contextSize: role.contextSize, sequences: 1 }).pipe(Stream.runDrain)
     const tokens = yield* client.Tokenize({ role: "generation", text: "the quick brown fox ".repeat(200), specialTokens: false })
     yield* client.Begin({
@@ -62,7 +64,12 @@ const measure = (model: ModelName, context: number) =>
     yield* client.End({ generationId: "measure" })
     const measured = (yield* rss(child.pid)) - before
     const charged = role.weightsBytes + role.contextBytes
-    return { model, context: role.contextSize, charged, measured }
+    const bare = yield* plan(role.modelPath, [role.contextSize], 1)
+    const planContext = bare.contexts[0]!
+    const planned = `plan: weights ${mib(bare.weights.cpuBytes)}, vocabulary ${mib(bare.overhead.cpuBytes)}, context ${
+      mib(planContext.context.cpuBytes)
+    } of which untouched ${mib(planContext.untouched.cpuBytes)}; planning grew ${mib(afterPlan - before)} MiB`
+    return { model, context: role.contextSize, charged, measured, planned }
   }))
 
 const program = Effect.gen(function*() {
@@ -72,7 +79,7 @@ const program = Effect.gen(function*() {
     const line = `${r.model} at ${r.context} tokens: charged ${mib(r.charged)} MiB, measured ${mib(r.measured)} MiB, charge/measured ${
       ratio.toFixed(2)
     }${ratio >= 1 && ratio <= 1.15 ? "" : " (outside 1-1.15)"}`
-    console.log(line)
+    console.log(`${line}\n  ${r.planned}`)
   }
   console.log(`load average ${Fs.readFileSync("/proc/loadavg", "utf8").split(" ").slice(0, 3).join(" ")}`)
 })

@@ -72,10 +72,17 @@ export class MemoryEstimate extends Schema.Class<MemoryEstimate>("MemoryEstimate
   gpuBytes: Bytes
 }) {}
 
+const noBytes = () => new MemoryEstimate({ cpuBytes: 0, gpuBytes: 0 })
+
 export class ContextPlan extends Schema.Class<ContextPlan>("ContextPlan")({
   contextSize: Schema.Int,
   /** KV cache and compute buffers for this context size. */
-  context: MemoryEstimate
+  context: MemoryEstimate,
+  /**
+   * Bytes of `context` that the engine's use never touches (on the CPU backend, the rows of the
+   * compute buffer's logits reserve beyond the outputs a batch asks for: allocated, never resident).
+   */
+  untouched: Schema.optionalWith(MemoryEstimate, { default: noBytes })
 }) {}
 
 /** The native allocation plan of a model over candidate context sizes, without loading it. */
@@ -83,6 +90,8 @@ export class ModelPlan extends Schema.Class<ModelPlan>("ModelPlan")({
   modelPath: Schema.String,
   trainedContextSize: Schema.Int,
   weights: MemoryEstimate,
+  /** Bytes a loaded model holds beyond its weights and contexts (its vocabulary's structures), as estimated. */
+  overhead: Schema.optionalWith(MemoryEstimate, { default: noBytes }),
   contexts: Schema.Array(ContextPlan)
 }) {}
 

@@ -27,7 +27,8 @@ export interface AdmissionConfigShape {
   readonly contextCap: { readonly [R in Role]: number }
   /**
    * Added to the engine's plan before it is charged: `ratio` of every planned amount plus
-   * `bytesPerModel` once per resident model. Default 10% and 32 MiB (docs/decisions.md, Admission).
+   * `bytesPerModel` once per resident model. Default 5% and 48 MiB (docs/decisions.md, "Admission
+   * charge against measured memory").
    */
   readonly planMargin: PlanMargin
 }
@@ -36,7 +37,7 @@ const defaults: AdmissionConfigShape = {
   headroomBytes: 512 * MiB,
   workspaceReservationBytes: 512 * MiB,
   contextCap: { generation: 16384, decision: 4096 },
-  planMargin: { ratio: 0.1, bytesPerModel: 32 * MiB }
+  planMargin: { ratio: 0.05, bytesPerModel: 48 * MiB }
 }
 
 const config: Config.Config<AdmissionConfigShape> = Config.all({

@@ -21,7 +21,7 @@ export const ROLE_ORDER: ReadonlyArray<Role> = ["decision", "generation"]
 export interface PlanMargin {
   /** Fraction added to every planned amount (weights and context). */
   readonly ratio: number
-  /** Bytes added once per resident model (process and model overhead the plan does not see). */
+  /** Bytes added once per resident model (the engine child's own growth with its first model, which no plan sees). */
   readonly bytesPerModel: number
 }
 
@@ -118,13 +118,16 @@ export const onDevice = (estimate: MemoryEstimate, kind: DeviceKind): number =>
 /** A planned amount with the margin's ratio applied (rounded up). */
 export const withRatio = (bytes: number, margin: PlanMargin): number => Math.ceil(bytes * (1 + margin.ratio))
 
-/** The weights charge of a plan: ratio plus the per-model bytes. */
+/**
+ * The weights charge of a plan: its weights with ratio, what the loaded model holds beyond them
+ * (already a rounded-up charge, so without ratio), plus the per-model bytes.
+ */
 export const weightsCharge = (plan: ModelPlan, kind: DeviceKind, margin: PlanMargin): number =>
-  withRatio(onDevice(plan.weights, kind), margin) + margin.bytesPerModel
+  withRatio(onDevice(plan.weights, kind), margin) + onDevice(plan.overhead, kind) + margin.bytesPerModel
 
-/** The context (KV + compute) charge of one planned context size. */
+/** The context (KV + compute) charge of one planned context size: what its use touches, with ratio. */
 export const contextCharge = (context: ContextPlan, kind: DeviceKind, margin: PlanMargin): number =>
-  withRatio(onDevice(context.context, kind), margin)
+  withRatio(Math.max(0, onDevice(context.context, kind) - onDevice(context.untouched, kind)), margin)
 
 interface Option_ {
   readonly contextSize: number
