@@ -10,7 +10,9 @@
  * configs read), else the defaults.
  */
 import * as Command from "@effect/cli/Command"
+import * as HelpDoc from "@effect/cli/HelpDoc"
 import * as Options from "@effect/cli/Options"
+import * as ValidationError from "@effect/cli/ValidationError"
 import * as HttpServer from "@effect/platform/HttpServer"
 import * as Config from "effect/Config"
 import * as ConfigProvider from "effect/ConfigProvider"
@@ -28,6 +30,7 @@ import { formatListen, HttpConfig, type HttpConfigShape, isLoopback, parseListen
 import * as HttpServerLayer from "../http/Server.js"
 import * as Runtime from "../layers/Runtime.js"
 import * as BackendProbe from "../native/BackendProbe.js"
+import { parseThreads, type Threads } from "../native/ChildSettings.js"
 import type { Backend } from "../native/Protocol.js"
 import * as Client from "../rpc/Client.js"
 import * as Server from "../rpc/Server.js"
@@ -81,10 +84,19 @@ export const storeFlags = {
 export const options = {
   socket: Flags.socket,
   ...storeFlags,
-  threads: Options.integer("threads").pipe(
-    Options.withDescription(`Engine threads (env NATIVEGEN_THREADS; default ${defaultThreads()}, half the logical CPUs)`),
-    Options.withDefault(defaultThreads()),
-    Options.withFallbackConfig(Config.integer("NATIVEGEN_THREADS"))
+  threads: Options.text("threads").pipe(
+    Options.withDescription(
+      `Engine threads, or auto: llama.cpp's count for this machine, its physical (performance) cores ` +
+        `(env NATIVEGEN_THREADS; default ${defaultThreads()}, half the logical CPUs)`
+    ),
+    Options.withDefault(String(defaultThreads())),
+    Options.withFallbackConfig(Config.string("NATIVEGEN_THREADS")),
+    Options.mapEffect((text) => {
+      const threads = parseThreads(text)
+      return threads === undefined
+        ? Effect.fail(ValidationError.invalidValue(HelpDoc.p(`--threads ${text}: a positive integer or auto`)))
+        : Effect.succeed(threads)
+    })
   ),
   backend: Options.choice("backend", backends).pipe(
     Options.withDescription(
@@ -136,7 +148,7 @@ export interface StoreSettings {
 
 export interface ServeSettings extends StoreSettings {
   readonly socket: string
-  readonly threads: number
+  readonly threads: Threads
   readonly backend: typeof backends[number]
   readonly generationContext: Option.Option<number>
   readonly decisionContext: Option.Option<number>
@@ -272,7 +284,7 @@ export const serve = (settings: ServeSettings) =>
     yield* Effect.logInfo(
       `starting (pid ${process.pid}): store ${settings.storeRoot}, socket ${socketPath}, ${selection.backend} backend` +
         `${settings.backend === "auto" ? " (auto)" : ""}, ` +
-        `${settings.threads} threads, ${options.store?.trustedKeys?.length ?? 0} trusted keys besides the seed's`
+        `threads ${settings.threads}, ${options.store?.trustedKeys?.length ?? 0} trusted keys besides the seed's`
     )
     const serverOptions = yield* Server.config
     const http = yield* httpConfig(settings)

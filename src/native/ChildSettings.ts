@@ -4,11 +4,25 @@
  */
 import type { Backend } from "./Protocol.js"
 
+/**
+ * Evaluation threads: a count, or "auto": the child takes llama.cpp's own choice for this machine
+ * (`cpu_get_num_math()`: the physical cores, the performance cores only on a hybrid CPU) and
+ * reports the count in its hello (docs/decisions.md, "Threads auto").
+ */
+export type Threads = number | "auto"
+
+/** A thread setting from text (a flag or the environment): "auto" or a positive integer; undefined otherwise. */
+export const parseThreads = (value: string): Threads | undefined => {
+  if (value.trim().toLowerCase() === "auto") return "auto"
+  const n = Number(value)
+  return value.trim() !== "" && Number.isInteger(n) && n > 0 ? n : undefined
+}
+
 export interface ChildSettings {
   /** Which llama.cpp build the child loads; "cpu" never touches GPU libraries. */
   readonly backend: Backend
   /** Threads for evaluation; the default 4 on two cores is ~140x slower (engine-notes.md). */
-  readonly threads: number
+  readonly threads: Threads
   /** Largest batch in one native evaluation; prefill chunks never exceed it. */
   readonly batchSize: number
   /**
@@ -41,7 +55,8 @@ export const childSettingsFromEnv = (env: NodeJS.ProcessEnv): ChildSettings => {
   const backend = backends.find((b) => b === env.NATIVEGEN_BACKEND) ?? defaultChildSettings.backend
   return {
     backend,
-    threads: positive(env.NATIVEGEN_THREADS, defaultChildSettings.threads),
+    threads: (env.NATIVEGEN_THREADS === undefined ? undefined : parseThreads(env.NATIVEGEN_THREADS)) ??
+      defaultChildSettings.threads,
     batchSize: positive(env.NATIVEGEN_BATCH_SIZE, defaultChildSettings.batchSize),
     batchDecode: env.NATIVEGEN_BATCH_DECODE !== "0"
   }

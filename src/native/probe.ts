@@ -20,7 +20,7 @@ const main = async () => {
   const llama = await getLlama({
     build: "never",
     gpu: backend === "cpu" ? false : backend,
-    maxThreads: settings.threads,
+    ...(settings.threads === "auto" ? {} : { maxThreads: settings.threads }),
     logLevel: LlamaLogLevel.error,
     progressLogs: false
   })

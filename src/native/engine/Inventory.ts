@@ -1,6 +1,6 @@
 /**
  * What the engine child reports about itself: `hello` (protocol and library versions, backend,
- * threads, pid, and its devices with their total and free memory: on CUDA each visible GPU as
+ * threads (the count used, also for "auto"), pid, and its devices with their total and free memory: on CUDA each visible GPU as
  * nvidia-smi lists it) and `memory` (a real reading of the child's RSS and used VRAM, not
  * node-llama-cpp's memoryUsage, which repeats the plan's reservation; on CUDA the VRAM this process
  * holds where the driver lists it, else the device-wide figure).
@@ -33,7 +33,7 @@ const packageVersion = (): string => {
   return "unknown"
 }
 
-export const make = ({ llama, options }: Native): Inventory => ({
+export const make = ({ llama, threads }: Native): Inventory => ({
   hello: Effect.gen(function*() {
     const gpu = llama.gpu
     const devices: Array<DeviceInfo> = []
@@ -57,7 +57,7 @@ export const make = ({ llama, options }: Native): Inventory => ({
       nodeLlamaCppVersion: packageVersion(),
       llamaCppRelease: llama.llamaCppRelease.release,
       backend: gpu === false ? "cpu" : gpu,
-      threads: options.threads,
+      threads,
       pid: process.pid,
       devices
     })

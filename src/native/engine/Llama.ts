@@ -13,13 +13,15 @@ import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { getLlama, type Llama, LlamaLogLevel } from "node-llama-cpp"
 import { EngineFailure } from "../../domain/EngineError.js"
+import type { Threads } from "../ChildSettings.js"
 import type { Backend, Lane } from "../Protocol.js"
 import * as StepGate from "../StepGate.js"
 import { reasonOf } from "./Checks.js"
 
 export interface EngineOptions {
   readonly backend: Backend
-  readonly threads: number
+  /** A count, or "auto": llama.cpp's math cores for this machine (`Native.threads` is the count used). */
+  readonly threads: Threads
   /** Largest batch evaluated in one native call; prefill chunks never exceed it. */
   readonly batchSize: number
   /** Decode steps of concurrent generations as one native batch (default true); false: one step each. */
@@ -29,6 +31,8 @@ export interface EngineOptions {
 export interface Native {
   readonly llama: Llama
   readonly options: EngineOptions
+  /** Evaluation threads of every context: the configured count, or the machine's math cores for "auto". */
+  readonly threads: number
   /** Layers offloaded to the GPU: none on the CPU backend, all (more than any model has) otherwise. */
   readonly gpuLayers: number
   /** Runs one native call atomically, in lane order at the gate; interruption waits for the step. */
@@ -54,7 +58,7 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
           getLlama({
             build: "never",
             gpu: options.backend === "cpu" ? false : options.backend,
-            maxThreads: options.threads,
+            ...(options.threads === "auto" ? {} : { maxThreads: options.threads }),
             logLevel: LlamaLogLevel.error,
             progressLogs: false
           }),
@@ -62,6 +66,9 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
       }),
       (llama) => Effect.promise(() => llama.dispose())
     )
+    // llama.cpp's own count (cpu_get_num_math): physical cores, performance cores on a hybrid CPU.
+    const threads = options.threads === "auto" ? Math.max(1, llama.cpuMathCores) : options.threads
+    llama.maxThreads = threads
     const gate = yield* StepGate.make
     const step = <A>(operation: string, run: () => Promise<A>, lane: Lane = "foreground") =>
       gate.run(
@@ -86,5 +93,5 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
       const { batches, steps } = gate.batches()
       return { nativeBatches, batches, batchedSteps: steps }
     }
-    return { llama, options, gpuLayers: llama.gpu === false ? 0 : 1_000, step, decodeStep, contended: gate.contended, batching, counters }
+    return { llama, options, threads, gpuLayers: llama.gpu === false ? 0 : 1_000, step, decodeStep, contended: gate.contended, batching, counters }
   })

@@ -99,7 +99,7 @@ export const make = (native: Native, failpoints: Failpoints | undefined): Effect
               const context = await model.createContext({
                 contextSize,
                 sequences,
-                threads: options.threads,
+                threads: native.threads,
                 batchSize: Math.min(options.batchSize, contextSize),
                 batching: native.batching
               })
