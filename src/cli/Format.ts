@@ -319,6 +319,8 @@ export const readinessSummary = (
   lines.push(
     `${bold(style)("engine")}     incarnation ${engine.incarnation}${engine.pid === null ? "" : `, pid ${engine.pid}`}${
       engine.backend === null ? "" : `, ${engine.backend}`
+    }${engine.build === undefined ? "" : ` (${engine.build === "localBuild" ? "local build" : engine.build})`}${
+      engine.threads === undefined ? "" : `, ${engine.threads} threads`
     }${engine.nodeLlamaCppVersion === null ? "" : `, node-llama-cpp ${engine.nodeLlamaCppVersion}`}, up ${
       formatDuration(engine.uptimeMillis)
     }`

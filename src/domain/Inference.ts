@@ -326,6 +326,9 @@ export const Readiness = Schema.Struct({
     pid: Schema.NullOr(Schema.Int),
     backend: Schema.NullOr(Schema.String),
     nodeLlamaCppVersion: Schema.NullOr(Schema.String),
+    /** The engine child's llama.cpp binary ("localBuild" or "prebuilt") and its evaluation threads. */
+    build: Schema.optional(Schema.String),
+    threads: Schema.optional(Schema.Int),
     uptimeMillis: Schema.Number
   }),
   budget: Schema.NullOr(Schema.Struct({

@@ -54,6 +54,8 @@ export class HelloInfo extends Schema.Class<HelloInfo>("HelloInfo")({
   nodeLlamaCppVersion: Schema.String,
   llamaCppRelease: Schema.String,
   backend: Backend,
+  /** Which llama.cpp binary the child loaded: node-llama-cpp's "localBuild" (`nativegen engine build`) or "prebuilt". */
+  build: Schema.optionalWith(Schema.String, { default: () => "unknown" }),
   threads: Schema.Int,
   pid: Schema.Int,
   devices: Schema.Array(DeviceInfo)

@@ -451,6 +451,7 @@ export const make = Effect.gen(function*() {
         pid: ready.pid ?? null,
         backend: ready.backend ?? null,
         nodeLlamaCppVersion: ready.hello?.nodeLlamaCppVersion ?? null,
+        ...(ready.hello === undefined ? {} : { build: ready.hello.build, threads: ready.hello.threads }),
         uptimeMillis: ready.uptimeMillis
       },
       budget: {

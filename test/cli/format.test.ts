@@ -194,6 +194,8 @@ describe("Format", () => {
     assert.include(summary, "generation  sha256:7d7d7d7d7d7d         1     2048  4096  trainedContext  sha256:abababababab")
     const named = Format.readinessSummary(readiness, plain, new Map([[`sha256:${"ab".repeat(32)}`, "tiny"]]))
     assert.match(named, /\ngeneration {2}tiny {2}\s+1 {5}2048 {2}4096 {2}trainedContext {2}sha256:abababababab$/m)
+    const built = Format.readinessSummary({ ...readiness, engine: { ...readiness.engine, build: "localBuild", threads: 2 } }, plain)
+    assert.include(built, "incarnation 1, pid 4242, cpu (local build), 2 threads, node-llama-cpp 3.21.1, up 2.5 s")
     assert.strictEqual(Format.readinessLine(readiness), "ready (engine 1, pid 4242, cpu)")
     assert.strictEqual(
       Format.readinessLine({ ...readiness, state: "loading", reason: "loading tiny", engine: { ...readiness.engine, pid: null } }),

@@ -2,7 +2,8 @@
  * `threads: "auto"`: the setting crosses the environment as text, and a real engine child given it
  * evaluates with llama.cpp's own count for this machine, the physical cores (on Linux, the distinct
  * sibling sets under /sys/devices/system/cpu; a hybrid CPU would count only its performance cores,
- * so the comparison is made where no CPU says it is an efficiency core), and says so in its hello.
+ * so the comparison is made where no CPU says it is an efficiency core), and says so in its hello
+ * with the llama.cpp binary it loaded.
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
@@ -47,6 +48,7 @@ describe("threads auto", () => {
         const child = yield* spawn({ settings: { ...testChild, threads: "auto" }, env: testRunEnv, stopTimeout: Duration.seconds(3) })
         const hello = yield* child.client.Hello()
         assert.strictEqual(hello.threads, physicalCores())
+        assert.oneOf(hello.build, ["localBuild", "prebuilt"])
       }),
     { timeout: 60_000 }
   )

@@ -57,6 +57,7 @@ export const make = ({ llama, threads }: Native): Inventory => ({
       nodeLlamaCppVersion: packageVersion(),
       llamaCppRelease: llama.llamaCppRelease.release,
       backend: gpu === false ? "cpu" : gpu,
+      build: llama.buildType,
       threads,
       pid: process.pid,
       devices
