@@ -5,6 +5,9 @@
  * its engine child and removes the socket.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
+import * as CliConfig from "@effect/cli/CliConfig"
+import * as Options from "@effect/cli/Options"
+import * as NodeContext from "@effect/platform-node/NodeContext"
 import * as ConfigProvider from "effect/ConfigProvider"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
@@ -21,7 +24,7 @@ import * as Http from "node:http"
 import * as Net from "node:net"
 import * as Path from "node:path"
 import { ensureModel, pinnedDigests, projectRoot } from "../../fixtures/models.js"
-import { exposureWarning, runtimeOptions } from "../../src/cli/Serve.js"
+import { exposureWarning, options as serveOptions, runtimeOptions } from "../../src/cli/Serve.js"
 import { GenerateChunk, Readiness } from "../../src/domain/Inference.js"
 import { HttpConfig, parseListen } from "../../src/http/HttpConfig.js"
 import { awaitGone, isAlive } from "../support/processes.js"
@@ -463,6 +466,25 @@ describe("serve's HTTP settings", () => {
     assert.isUndefined(exposureWarning(config("[::1]:8080")))
     assert.isUndefined(exposureWarning(config("/run/nativegen/http.sock")))
   })
+})
+
+describe("serve's --threads", () => {
+  const threads = (args: ReadonlyArray<string>, env: ReadonlyArray<[string, string]> = []) =>
+    Options.processCommandLine(serveOptions.threads, args, CliConfig.defaultConfig).pipe(
+      Effect.map(([, , value]) => value),
+      Effect.withConfigProvider(ConfigProvider.fromMap(new Map(env))),
+      Effect.provide(NodeContext.layer)
+    )
+
+  it.effect("takes auto or a positive count, from the flag or NATIVEGEN_THREADS, and refuses anything else", () =>
+    Effect.gen(function*() {
+      assert.strictEqual(yield* threads(["--threads", "auto"]), "auto")
+      assert.strictEqual(yield* threads(["--threads", "3"]), 3)
+      assert.strictEqual(yield* threads([], [["NATIVEGEN_THREADS", "auto"]]), "auto")
+      for (const bad of ["0", "two", "1.5"]) {
+        assert.isTrue(Either.isLeft(yield* Effect.either(threads(["--threads", bad]))), bad)
+      }
+    }))
 })
 
 describe("serve's runtime settings", () => {
