@@ -326,7 +326,18 @@ export const Readiness = Schema.Struct({
     pid: Schema.NullOr(Schema.Int),
     backend: Schema.NullOr(Schema.String),
     nodeLlamaCppVersion: Schema.NullOr(Schema.String),
-    uptimeMillis: Schema.Number
+    uptimeMillis: Schema.Number,
+    /** The llama.cpp build the engine child loaded: "localBuild" (`nativegen engine build`) or "prebuilt". */
+    build: Schema.optional(Schema.NullOr(Schema.String)),
+    /** The GPU driver's version, where the child reads one (NVIDIA). */
+    driverVersion: Schema.optional(Schema.NullOr(Schema.String)),
+    /** The devices the engine child sees, each with its total and free memory when it started. */
+    devices: Schema.optional(Schema.Array(Schema.Struct({
+      name: Schema.String,
+      kind: Schema.Literal("cpu", "gpu"),
+      totalBytes: Schema.Number,
+      freeBytes: Schema.Number
+    })))
   }),
   budget: Schema.NullOr(Schema.Struct({
     device: Schema.String,

@@ -451,7 +451,10 @@ export const make = Effect.gen(function*() {
         pid: ready.pid ?? null,
         backend: ready.backend ?? null,
         nodeLlamaCppVersion: ready.hello?.nodeLlamaCppVersion ?? null,
-        uptimeMillis: ready.uptimeMillis
+        uptimeMillis: ready.uptimeMillis,
+        build: ready.hello?.build ?? null,
+        driverVersion: ready.hello?.driverVersion ?? null,
+        devices: (ready.hello?.devices ?? []).map(({ freeBytes, kind, name, totalBytes }) => ({ name, kind, totalBytes, freeBytes }))
       },
       budget: {
         device: budget.device.name,
