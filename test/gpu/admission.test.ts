@@ -18,12 +18,12 @@ import * as Admission from "../../src/services/Admission.js"
 import { candidateSizes, contextCharge, weightsCharge } from "../../src/services/admission/ContextPlanner.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer, testChild, testRunEnv } from "../support/engine.js"
-import { noGpu, skipMessage } from "./support.js"
+import { gpuBackend, noGpu, skipMessage } from "./support.js"
 
 skipMessage("admission")
 
 const MiB = 1024 * 1024
-const cuda = { ...testChild, backend: "cuda" } as const
+const cuda = { ...testChild, backend: gpuBackend } as const
 const generation = ensureModel("qwen-bench")
 const decision = ensureModel("qwen-decision")
 const base = {

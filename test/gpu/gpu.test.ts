@@ -16,7 +16,7 @@ import { defaultChildSettings } from "../../src/native/ChildSettings.js"
 import { type GenerationEvent, NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import { awaitReadiness, runtimeLayer, testChild, workerLayer } from "../support/engine.js"
-import { noGpu, skipMessage } from "./support.js"
+import { gpuBackend, noGpu, skipMessage } from "./support.js"
 
 skipMessage("gpu")
 
@@ -38,7 +38,7 @@ describe.skipIf(noGpu !== undefined)("GPU (CUDA)", () => {
 
   it.live("status shows the backend, each GPU with its VRAM total and free, the driver's version and the build used", () =>
     Effect.scoped(Effect.gen(function*() {
-      const context = yield* Layer.build(runtimeLayer({ worker: { child: { ...testChild, backend: "cuda" } } }))
+      const context = yield* Layer.build(runtimeLayer({ worker: { child: { ...testChild, backend: gpuBackend } } }))
       const ready = yield* Context.get(context, Provider).readiness
       assert.strictEqual(ready.engine.backend, "cuda")
       assert.strictEqual(ready.engine.build, "localBuild")
@@ -55,7 +55,7 @@ describe.skipIf(noGpu !== undefined)("GPU (CUDA)", () => {
       console.info(`test:gpu status:\n${summary}`)
     })), 180_000)
 
-  layer(workerLayer({ child: { ...testChild, backend: "cuda" } }), { timeout: 180_000, excludeTestServices: true })(
+  layer(workerLayer({ child: { ...testChild, backend: gpuBackend } }), { timeout: 180_000, excludeTestServices: true })(
     "an engine child on CUDA",
     (it) => {
       it.effect("the child maps the CUDA libraries; the host maps none of the GPU libraries", () =>

@@ -10,8 +10,15 @@ import type { Backend } from "../../src/native/Protocol.js"
 import { NativeWorker, type NativeWorkerConfigShape } from "../../src/services/NativeWorker.js"
 import { testChild, workerLayer } from "../support/engine.js"
 
+/**
+ * The GPU backend under test: cuda, or NATIVEGEN_GPU_TEST_BACKEND (`cpu` runs the cases' logic on
+ * a machine without a GPU, to check a change before device time is spent: the GPU-only
+ * assertions then fail, the rest must pass).
+ */
+export const gpuBackend: Backend = process.env.NATIVEGEN_GPU_TEST_BACKEND === "cpu" ? "cpu" : "cuda"
+
 /** Why the GPU cases cannot run here, or undefined on a machine with the NVIDIA driver. */
-export const noGpu = BackendProbe.driverAbsence("cuda", process.env as Record<string, string>)
+export const noGpu = gpuBackend === "cpu" ? undefined : BackendProbe.driverAbsence("cuda", process.env as Record<string, string>)
 
 export const skipMessage = (file: string) => {
   if (noGpu !== undefined) console.info(`test:gpu ${file}: skipped, ${noGpu}`)
