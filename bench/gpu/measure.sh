@@ -9,6 +9,12 @@
 . app/bench/gpu/setup.sh
 export BENCH_BACKEND=${BENCH_BACKEND:-cuda} BENCH_MODEL=${BENCH_MODEL:-qwen3-0.6b-shape} PEER_THREADS=1 PEER_ROUNDS=${PEER_ROUNDS:-3}
 [ "${DRY:-0}" = 1 ] && export PEER_QUICK=1 PEER_ROUNDS=1 NATIVEGEN_LLAMA_SERVER_DIR=$HOME/.cache/nativegen/llama-server/v0.4.0
+if [ "${DRY:-0}" != 1 ] && [ ! -x "$NATIVEGEN_LLAMA_SERVER_DIR/bin/llama-server" ]; then
+  mkdir -p "$NATIVEGEN_LLAMA_SERVER_DIR/bin"
+  printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s "$@"\n' "$LLAMA_LIBS" "$BUILD/bin/llama-server" > "$NATIVEGEN_LLAMA_SERVER_DIR/bin/llama-server"
+  chmod +x "$NATIVEGEN_LLAMA_SERVER_DIR/bin/llama-server"
+  echo '{"release":"v0.4.0","cpuVariant":"cuda sm_90 (the node-llama-cpp build tree)","cmakeArguments":[]}' > "$NATIVEGEN_LLAMA_SERVER_DIR/bin/build.json"
+fi
 M=$(node node_modules/tsx/dist/cli.mjs fixtures/cli.ts "$BENCH_MODEL" | cut -f5)
 peer() { # name, then env assignments for this run
   local name=$1; shift
