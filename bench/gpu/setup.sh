@@ -27,7 +27,8 @@ NLC="$APP/node_modules/node-llama-cpp"
 export NLC_DIR="$NLC" NM_DIR="$APP/node_modules"
 BUILD="$NLC/llama/localBuilds/linux-x64-cuda"
 if [ ! -f "$BUILD/Release/llama-addon.node" ] && ls "$CARRY"/cuda-*.part >/dev/null 2>&1; then
-  mkdir -p "$BUILD" && cat "$CARRY"/cuda-*.part | tar xJf - -C "$BUILD" && log "CUDA build unpacked from the carried parts"
+  # buildDone.status: node-llama-cpp loads a local build only where its build finished (compileLLamaCpp.js).
+  mkdir -p "$BUILD" && cat "$CARRY"/cuda-*.part | tar xJf - -C "$BUILD" && touch "$BUILD/buildDone.status" && log "CUDA build unpacked from the carried parts"
 fi
 export NATIVEGEN_MODEL_CACHE="$W/models"
 mkdir -p "$APP/.cache" && ln -sfn "$W/models" "$APP/.cache/models"
