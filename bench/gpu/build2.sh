@@ -35,5 +35,7 @@ LD_LIBRARY_PATH="$LLAMA_LIBS" GGML_CUDA_DISABLE_GRAPHS=1 timeout 60 "$BUILD/bin/
 tail -4 "$OUT/llama-bench.md"; tail -2 "$OUT/llama-bench-nographs.md"; log "llama-bench"
 left=$(( 575 - ($(date +%s) - T0) ))
 log "test:gpu with ${left}s"
-timeout "$left" node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts > "$OUT/test-gpu.log" 2>&1; echo "rc=$?" >> "$OUT/test-gpu.log"
+timeout "$left" node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts --reporter=verbose > "$OUT/test-gpu.log" 2>&1; echo "rc=$?" >> "$OUT/test-gpu.log"
 grep -E "✓|×|↓|Test Files|Tests |rc=" "$OUT/test-gpu.log" | tail -30; log done
+# The device returns at most 8 files: every log in one archive beside the build parts.
+( cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls | grep -v -e '\.part$' -e '^logs.tar.gz$') )
