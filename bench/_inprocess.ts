@@ -9,8 +9,12 @@ const [modelPath, promptJson, tokensArg, threadsArg, roundsArg] = process.argv.s
 const given = JSON.parse(promptJson!) as Array<Token> | string
 const tokens = Number(tokensArg)
 const threads = Number(threadsArg)
-const llama = await getLlama({ build: "never", gpu: false, maxThreads: threads })
-const model = await llama.loadModel({ modelPath: modelPath! })
+// BENCH_BACKEND (bench/_target.ts): the same backend as the engine child it is compared with.
+const backend = process.env.BENCH_BACKEND === undefined || process.env.BENCH_BACKEND === "" || process.env.BENCH_BACKEND === "cpu"
+  ? false
+  : (process.env.BENCH_BACKEND as "cuda" | "vulkan" | "metal")
+const llama = await getLlama({ build: "never", gpu: backend, maxThreads: threads })
+const model = await llama.loadModel({ modelPath: modelPath!, gpuLayers: backend === false ? 0 : "max" })
 const prompt = typeof given === "string" ? model.tokenize(given, true) : given
 const context = await model.createContext({ contextSize: 2048, threads, batchSize: 512 })
 const sequence = context.getSequence()

@@ -21,6 +21,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { promisify } from "node:util"
 import { ensureModel, projectRoot, sha256File } from "../fixtures/models.js"
+import { benchBackend, benchModel, peerGpuLayers } from "./_target.js"
 import * as Client from "../src/rpc/Client.js"
 import { Provider } from "../src/services/Provider.js"
 import { run as runCli } from "../test/cli/support.js"
@@ -46,7 +47,7 @@ const CLIENTS = 8
 const CONCURRENT_TOKENS = QUICK ? [16] : [16, 128]
 const LATENCY_REQUESTS = 5
 const STORE_MIB = Number(process.env.PEER_STORE_MIB ?? (QUICK ? 64 : 256))
-const MODEL_NAME = "qwen-bench"
+const MODEL_NAME = benchModel("qwen-bench")
 
 const execFile = promisify(ChildProcess.execFile)
 const loadavg = () => Fs.readFileSync("/proc/loadavg", "utf8").trim()
@@ -76,7 +77,7 @@ const decodeRate = (arrivals: ReadonlyArray<number>) => {
   return first === undefined || after === 0 ? Number.NaN : perSecond(after, arrivals[arrivals.length - 1]! - first)
 }
 
-const modelPath = ensureModel("qwen-bench")
+const modelPath = ensureModel(MODEL_NAME)
 const figures: Array<Result.Figure> = []
 const skipped: Array<Result.Skipped> = []
 const add = (f: Result.Figure) => {
@@ -440,10 +441,10 @@ const program = Effect.gen(function*() {
   for (const threads of THREADS) {
     yield* Effect.scoped(Effect.gen(function*() {
       log(`${threads} thread(s): starting nativegen serve and llama-server`)
-      const ng = yield* Nativegen.serve({ modelPath, modelName: MODEL_NAME, threads, contextSize: CONTEXT })
+      const ng = yield* Nativegen.serve({ modelPath, modelName: MODEL_NAME, threads, contextSize: CONTEXT, backend: benchBackend })
       const ls = built === undefined
         ? undefined
-        : yield* LlamaServer.start(built.binary, { model: modelPath, threads, contextSize: CONTEXT, batchSize: BATCH }).pipe(Effect.orDie)
+        : yield* LlamaServer.start(built.binary, { model: modelPath, threads, contextSize: CONTEXT, batchSize: BATCH, gpuLayers: peerGpuLayers }).pipe(Effect.orDie)
       const peers: Peers = { threads, ng, ls }
       if (wanted("decode")) yield* decode(peers)
       if (wanted("prefill")) yield* prefill(peers)

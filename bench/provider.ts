@@ -24,6 +24,7 @@ import * as Fs from "node:fs"
 import * as Path from "node:path"
 import { promisify } from "node:util"
 import { ensureModel } from "../fixtures/models.js"
+import { benchBackend, benchModel } from "./_target.js"
 import type { DecideRequest, GenerateRequest } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
@@ -39,7 +40,7 @@ const SPEED_TOKENS = 200
 const SPEED_EVERY = 2
 const MiB = 1024 * 1024
 
-const modelPath = ensureModel("bench")
+const modelPath = ensureModel(benchModel("bench"))
 const story: GenerateRequest = {
   messages: [{ role: "user", content: "tell me a long story about the sea" }],
   maxTokens: GENERATION_TOKENS,
@@ -211,7 +212,7 @@ export const measureDecisionDelay = (rounds: number) =>
   }).pipe(Effect.provide(RuntimeLive))
 
 const RuntimeLive = Runtime.layerWithModels({ generation: modelPath, decision: ensureModel("decision") }, {
-  worker: { child: { backend: "cpu", threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(5) },
+  worker: { child: { backend: benchBackend, threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(5) },
   admission: { contextCap: { generation: 2048, decision: 1024 }, workspaceReservationBytes: 64 * MiB }
 })
 if (isMain(import.meta.url)) {

@@ -7,14 +7,15 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../fixtures/models.js"
+import { benchBackend, benchModel } from "./_target.js"
 import * as NativeWorker from "../src/services/NativeWorker.js"
 import { isMain } from "./peer/Main.js"
 
 const ROUNDS = 3
 const config = NativeWorker.NativeWorkerConfig.layer({
-  child: { backend: "cpu", threads: 1, batchSize: 512 },
+  child: { backend: benchBackend, threads: 1, batchSize: 512 },
   models: {
-    generation: { modelPath: ensureModel("small"), contextSize: 2048 },
+    generation: { modelPath: ensureModel(benchModel("small")), contextSize: 2048 },
     decision: { modelPath: ensureModel("decision"), contextSize: 1024 }
   },
   stopTimeout: Duration.seconds(5)

@@ -33,6 +33,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { ensureModel } from "../fixtures/models.js"
+import { benchBackend, benchModel } from "./_target.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest, ReuseKind } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
 import * as Conversations from "../src/services/Conversations.js"
@@ -326,9 +327,9 @@ const main = Effect.gen(function*() {
     Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-bench-reuse-"))),
     (d) => Effect.sync(() => Fs.rmSync(d, { recursive: true, force: true }))
   )
-  const RuntimeLive = Runtime.layerWithModels({ generation: ensureModel("bench"), decision: ensureModel("decision") }, {
+  const RuntimeLive = Runtime.layerWithModels({ generation: ensureModel(benchModel("bench")), decision: ensureModel("decision") }, {
     conversationsDirectory: directory,
-    worker: { child: { backend: "cpu", threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(5) },
+    worker: { child: { backend: benchBackend, threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(5) },
     admission: { contextCap: { generation: 4608, decision: 1024 }, workspaceReservationBytes: 64 * MiB },
     scheduler: { slots: SLOTS }
   })

@@ -257,6 +257,8 @@ export interface ServerSettings {
   readonly batchSize: number
   /** `--parallel`; absent: llama-server's default (auto). */
   readonly parallel?: number
+  /** `--n-gpu-layers`; absent or 0: the CPU. */
+  readonly gpuLayers?: number
 }
 
 /**
@@ -277,7 +279,8 @@ export const serverArguments = (s: ServerSettings): ReadonlyArray<string> => [
   "--jinja",
   "--no-webui",
   "--log-disable",
-  ...(s.parallel === undefined ? [] : ["--parallel", String(s.parallel)])
+  ...(s.parallel === undefined ? [] : ["--parallel", String(s.parallel)]),
+  ...(s.gpuLayers === undefined || s.gpuLayers === 0 ? [] : ["--n-gpu-layers", String(s.gpuLayers)])
 ]
 
 /** A free TCP port on 127.0.0.1 (bound and released; the server binds it next). */

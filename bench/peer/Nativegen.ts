@@ -27,6 +27,8 @@ export interface Settings {
   readonly modelName: string
   readonly threads: number
   readonly contextSize: number
+  /** The engine backend (`NATIVEGEN_BACKEND`); absent: serve's own default. */
+  readonly backend?: string | undefined
 }
 
 export interface Served {
@@ -70,7 +72,8 @@ export const serverEnvironment = (home: Home, settings: Settings, port: number):
   NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: String(settings.contextSize),
   NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP: "512",
   NATIVEGEN_SCHEDULER_ANONYMOUS_SLOTS: String(LLAMA_SERVER_DEFAULT_SLOTS),
-  NATIVEGEN_HTTP: `127.0.0.1:${port}`
+  NATIVEGEN_HTTP: `127.0.0.1:${port}`,
+  ...(settings.backend === undefined ? {} : { NATIVEGEN_BACKEND: settings.backend })
 })
 
 /** llama-server's default number of parallel slots (`--parallel`, auto: 4). */

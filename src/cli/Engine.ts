@@ -31,10 +31,24 @@ export class EngineBuildFailed extends Data.TaggedError("EngineBuildFailed")<{
   }
 }
 
-/** node-llama-cpp's package directory, found from its resolved entry (a path only: nothing is loaded). */
+/** Whether `dir` holds node-llama-cpp's package.json. */
+const isPackageDirectory = (dir: string): boolean => {
+  try {
+    const pkg: { name?: unknown } = JSON.parse(Fs.readFileSync(Path.join(dir, "package.json"), "utf8"))
+    return pkg.name === "node-llama-cpp"
+  } catch {
+    return false
+  }
+}
+
+/**
+ * node-llama-cpp's package directory, found from its resolved entry by its package.json (a path
+ * only: nothing is loaded). Not by the source bundle: an installation whose source is already
+ * unpacked (or was copied without the bundle) has none.
+ */
 export const nodeLlamaCppDirectory = (): string => {
   let dir = Path.dirname(createRequire(import.meta.url).resolve("node-llama-cpp"))
-  while (!Fs.existsSync(Path.join(dir, "llama", "gitRelease.bundle")) && dir !== Path.dirname(dir)) dir = Path.dirname(dir)
+  while (!isPackageDirectory(dir) && dir !== Path.dirname(dir)) dir = Path.dirname(dir)
   return dir
 }
 

@@ -325,6 +325,18 @@ export const readinessSummary = (
       formatDuration(engine.uptimeMillis)
     }`
   )
+  const gpus = (engine.devices ?? []).filter((d) => d.kind === "gpu")
+  if (gpus.length > 0 || (engine.build ?? null) !== null) {
+    lines.push(
+      `${bold(style)("devices")}    ${
+        [
+          ...gpus.map((d) => `${d.name} (${formatBytes(d.totalBytes)}, ${formatBytes(d.freeBytes)} free)`),
+          ...((engine.driverVersion ?? null) === null ? [] : [`driver ${engine.driverVersion}`]),
+          ...((engine.build ?? null) === null ? [] : [`${engine.build === "localBuild" ? "local" : engine.build} build`])
+        ].join(", ")
+      }`
+    )
+  }
   if (readiness.budget !== null) {
     const b = readiness.budget
     lines.push(

@@ -30,7 +30,7 @@ import { formatListen, HttpConfig, type HttpConfigShape, isLoopback, parseListen
 import * as HttpServerLayer from "../http/Server.js"
 import * as Runtime from "../layers/Runtime.js"
 import * as BackendProbe from "../native/BackendProbe.js"
-import { parseThreads, type Threads } from "../native/ChildSettings.js"
+import { defaultPrefillChunk, parseThreads, type Threads } from "../native/ChildSettings.js"
 import type { Backend } from "../native/Protocol.js"
 import * as Client from "../rpc/Client.js"
 import * as Server from "../rpc/Server.js"
@@ -182,6 +182,10 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
     const admission = yield* Admission.AdmissionConfig.config
     const scheduler = yield* Scheduler.SchedulerConfig.config
     const batchDecode = yield* Config.boolean("NATIVEGEN_BATCH_DECODE").pipe(Config.withDefault(true))
+    const child = { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend, batchDecode }
+    const prefillChunk = yield* Config.integer("NATIVEGEN_WORKER_PREFILL_CHUNK").pipe(
+      Config.withDefault(defaultPrefillChunk(backend, child.batchSize))
+    )
     const options: Partial<Runtime.RuntimeOptions> = {
       store,
       admission: {
@@ -191,9 +195,7 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
           decision: Option.getOrElse(settings.decisionContext, () => admission.contextCap.decision)
         }
       },
-      worker: {
-        child: { ...NativeWorker.NativeWorkerConfig.defaults.child, threads: settings.threads, backend, batchDecode }
-      },
+      worker: { child, prefillChunk },
       scheduler: Option.match(settings.slots, { onNone: () => scheduler, onSome: (slots) => ({ ...scheduler, slots }) })
     }
     return options

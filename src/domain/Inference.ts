@@ -326,10 +326,20 @@ export const Readiness = Schema.Struct({
     pid: Schema.NullOr(Schema.Int),
     backend: Schema.NullOr(Schema.String),
     nodeLlamaCppVersion: Schema.NullOr(Schema.String),
-    /** The engine child's llama.cpp binary ("localBuild" or "prebuilt") and its evaluation threads. */
-    build: Schema.optional(Schema.String),
+    uptimeMillis: Schema.Number,
+    /** The engine child's evaluation threads (the count used, also for "auto"). */
     threads: Schema.optional(Schema.Int),
-    uptimeMillis: Schema.Number
+    /** The llama.cpp build the engine child loaded: "localBuild" (`nativegen engine build`) or "prebuilt". */
+    build: Schema.optional(Schema.NullOr(Schema.String)),
+    /** The GPU driver's version, where the child reads one (NVIDIA). */
+    driverVersion: Schema.optional(Schema.NullOr(Schema.String)),
+    /** The devices the engine child sees, each with its total and free memory when it started. */
+    devices: Schema.optional(Schema.Array(Schema.Struct({
+      name: Schema.String,
+      kind: Schema.Literal("cpu", "gpu"),
+      totalBytes: Schema.Number,
+      freeBytes: Schema.Number
+    })))
   }),
   budget: Schema.NullOr(Schema.Struct({
     device: Schema.String,

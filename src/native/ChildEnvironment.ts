@@ -60,7 +60,8 @@ export const backendDefaults = (backend: ChildSettings["backend"]): Readonly<Rec
   backend === "cuda" ? { GGML_CUDA_DISABLE_GRAPHS: "1" } : {}
 
 /**
- * The child's environment: the inherited part of `host`, then the backend's defaults, then
+ * The child's environment: the backend's defaults, then the inherited part of `host` (a driver
+ * variable the operator set, e.g. GGML_CUDA_DISABLE_GRAPHS=0, wins over the default), then
  * `childEnv` (which may add or replace variables), then the settings and `fixed` (which
  * `childEnv` cannot override).
  */
@@ -74,8 +75,8 @@ export const childEnvironment = (
     entry[1] !== undefined && isInherited(entry[0])
   )
   return {
-    ...Object.fromEntries(inherited),
     ...backendDefaults(settings.backend),
+    ...Object.fromEntries(inherited),
     ...childEnv,
     ...childSettingsToEnv(settings),
     ...fixed

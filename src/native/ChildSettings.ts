@@ -35,6 +35,15 @@ export interface ChildSettings {
 
 export const defaultChildSettings: ChildSettings = { backend: "cpu", threads: 1, batchSize: 512, batchDecode: true }
 
+/**
+ * Tokens per prefill chunk when none is configured: 128 on the CPU, where a chunk takes ~100 ms
+ * and bounds how long a decision waits behind a prefill; a whole native batch on a GPU, where
+ * 512 tokens take a few milliseconds and every chunk is a host round trip (on an H200, 128-token
+ * chunks held a 4,000-token prefill to ~0.24x llama-bench: docs/gpu.md).
+ */
+export const defaultPrefillChunk = (backend: Backend, batchSize: number): number =>
+  backend === "cpu" ? Math.min(128, batchSize) : batchSize
+
 const backends: ReadonlyArray<Backend> = ["cpu", "cuda", "vulkan", "metal"]
 
 export const childSettingsToEnv = (settings: ChildSettings): Record<string, string> => ({

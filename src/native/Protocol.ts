@@ -58,7 +58,9 @@ export class HelloInfo extends Schema.Class<HelloInfo>("HelloInfo")({
   build: Schema.optionalWith(Schema.String, { default: () => "unknown" }),
   threads: Schema.Int,
   pid: Schema.Int,
-  devices: Schema.Array(DeviceInfo)
+  devices: Schema.Array(DeviceInfo),
+  /** The GPU driver's version where it reports one (NVIDIA: /proc/driver/nvidia/version). */
+  driverVersion: Schema.optional(Schema.String)
 }) {}
 
 /** What the child process really holds now: its resident set, and device memory in use (GPU). */

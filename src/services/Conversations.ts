@@ -80,6 +80,7 @@ const engineBinding = (ready: WorkerReadiness): StateFiles.EngineBinding | undef
     : {
       nodeLlamaCppVersion: ready.hello.nodeLlamaCppVersion,
       llamaCppRelease: ready.hello.llamaCppRelease,
+      backend: ready.hello.backend,
       contextSize: generation.contextSize
     }
 }

@@ -451,8 +451,11 @@ export const make = Effect.gen(function*() {
         pid: ready.pid ?? null,
         backend: ready.backend ?? null,
         nodeLlamaCppVersion: ready.hello?.nodeLlamaCppVersion ?? null,
-        ...(ready.hello === undefined ? {} : { build: ready.hello.build, threads: ready.hello.threads }),
-        uptimeMillis: ready.uptimeMillis
+        uptimeMillis: ready.uptimeMillis,
+        build: ready.hello?.build ?? null,
+        ...(ready.hello === undefined ? {} : { threads: ready.hello.threads }),
+        driverVersion: ready.hello?.driverVersion ?? null,
+        devices: (ready.hello?.devices ?? []).map(({ freeBytes, kind, name, totalBytes }) => ({ name, kind, totalBytes, freeBytes }))
       },
       budget: {
         device: budget.device.name,

@@ -197,6 +197,20 @@ describe("Format", () => {
     const built = Format.readinessSummary({ ...readiness, engine: { ...readiness.engine, build: "localBuild", threads: 2 } }, plain)
     assert.include(built, "incarnation 1, pid 4242, cpu (local build), 2 threads, node-llama-cpp 3.21.1, up 2.5 s")
     assert.strictEqual(Format.readinessLine(readiness), "ready (engine 1, pid 4242, cpu)")
+    assert.notInclude(summary, "devices")
+    // On a GPU: each device with its memory, the driver and the build the engine child loaded.
+    const onGpu = Format.readinessSummary({
+      ...readiness,
+      engine: {
+        ...readiness.engine,
+        backend: "cuda",
+        build: "localBuild",
+        driverVersion: "580.159.04",
+        devices: [{ name: "NVIDIA H200", kind: "gpu", totalBytes: 140 * 1024 ** 3, freeBytes: 139 * 1024 ** 3 }]
+      }
+    }, plain)
+    assert.include(onGpu, "incarnation 1, pid 4242, cuda, node-llama-cpp 3.21.1")
+    assert.include(onGpu, "devices    NVIDIA H200 (140.0 GiB, 139.0 GiB free), driver 580.159.04, local build")
     assert.strictEqual(
       Format.readinessLine({ ...readiness, state: "loading", reason: "loading tiny", engine: { ...readiness.engine, pid: null } }),
       "loading: loading tiny (engine 1, cpu)"

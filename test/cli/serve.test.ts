@@ -512,5 +512,12 @@ describe("serve's runtime settings", () => {
       const flagged = yield* Effect.withConfigProvider(runtimeOptions({ ...settings, slots: Option.some(6) }, "cpu"), environment)
       assert.strictEqual(flagged.scheduler?.anonymousSlots, 3)
       assert.strictEqual(flagged.scheduler?.slots, 6)
+      // Prefill chunks: 128 tokens on the CPU, a whole native batch on a GPU, unless configured.
+      assert.strictEqual(fromEnv.worker?.prefillChunk, 128)
+      const onCuda = yield* Effect.withConfigProvider(runtimeOptions(settings, "cuda"), environment)
+      assert.strictEqual(onCuda.worker?.prefillChunk, onCuda.worker?.child?.batchSize)
+      assert.strictEqual(onCuda.worker?.prefillChunk, 512)
+      const configured = ConfigProvider.fromMap(new Map([["NATIVEGEN_WORKER_PREFILL_CHUNK", "128"]]))
+      assert.strictEqual((yield* Effect.withConfigProvider(runtimeOptions(settings, "cuda"), configured)).worker?.prefillChunk, 128)
     }))
 })

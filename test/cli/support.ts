@@ -199,7 +199,7 @@ export const startServer = (
           )
         })
     )
-    const ready = /ready \(engine 1, pid (\d+), cpu\)/
+    const ready = /ready \(engine 1, pid (\d+), (?:cpu|cuda|vulkan|metal)\)/
     const match = yield* Effect.suspend(() => {
       const m = ready.exec(output)
       if (m !== null) return Effect.succeed(m)

@@ -16,7 +16,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as StateFiles from "../../src/services/conversations/StateFiles.js"
 
-const engine: StateFiles.EngineBinding = { nodeLlamaCppVersion: "3.21.1", llamaCppRelease: "b1", contextSize: 4096 }
+const engine: StateFiles.EngineBinding = { nodeLlamaCppVersion: "3.21.1", llamaCppRelease: "b1", backend: "cpu", contextSize: 4096 }
 const tokens = Uint32Array.from([1, 2, 3, 4, 5])
 
 const directory = (options: Partial<StateFiles.Options> = {}) => {

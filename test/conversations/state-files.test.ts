@@ -42,6 +42,7 @@ const damages: ReadonlyArray<readonly [label: string, reason: string, damage: (f
   }],
   ["from another model", "model", (f) => editSidecar(f, (s) => ({ ...s, modelDigest: pinnedDigests.decision.slice(7) }))],
   ["from another node-llama-cpp version", "engine-version", (f) => editBinding(f, "nodeLlamaCppVersion", "3.0.0")],
+  ["saved on another backend (CUDA, restored on the CPU)", "backend", (f) => editBinding(f, "backend", "cuda")],
   ["for another context size", "context-size", (f) => editBinding(f, "contextSize", 2048)],
   ["under a version-1 sidecar", "record-version", (f) =>
     editSidecar(f, (s) => ({

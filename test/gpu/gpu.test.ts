@@ -8,13 +8,17 @@ import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
+import * as Context from "effect/Context"
+import * as Layer from "effect/Layer"
+import * as Format from "../../src/cli/Format.js"
 import * as BackendProbe from "../../src/native/BackendProbe.js"
 import { defaultChildSettings } from "../../src/native/ChildSettings.js"
 import { type GenerationEvent, NativeWorker } from "../../src/services/NativeWorker.js"
-import { awaitReadiness, testChild, workerLayer } from "../support/engine.js"
+import { Provider } from "../../src/services/Provider.js"
+import { awaitReadiness, runtimeLayer, testChild, workerLayer } from "../support/engine.js"
+import { gpuBackend, noGpu, skipMessage } from "./support.js"
 
-const noGpu = BackendProbe.driverAbsence("cuda", process.env as Record<string, string>)
-if (noGpu !== undefined) console.info(`test:gpu: skipped, ${noGpu}`)
+skipMessage("gpu")
 
 const greedy = { temperature: 0 } as const
 const tokensOf = (events: Chunk.Chunk<GenerationEvent>) =>
@@ -32,7 +36,26 @@ describe.skipIf(noGpu !== undefined)("GPU (CUDA)", () => {
       if (passed?._tag === "Passed") console.info(`test:gpu: ${BackendProbe.describeOutcome(passed)}`)
     }), 120_000)
 
-  layer(workerLayer({ child: { ...testChild, backend: "cuda" } }), { timeout: 180_000, excludeTestServices: true })(
+  it.live("status shows the backend, each GPU with its VRAM total and free, the driver's version and the build used", () =>
+    Effect.scoped(Effect.gen(function*() {
+      const context = yield* Layer.build(runtimeLayer({ worker: { child: { ...testChild, backend: gpuBackend } } }))
+      const ready = yield* Context.get(context, Provider).readiness
+      assert.strictEqual(ready.engine.backend, "cuda")
+      assert.strictEqual(ready.engine.build, "localBuild")
+      assert.match(ready.engine.driverVersion ?? "", /^\d+\.\d+/)
+      const gpu = ready.engine.devices?.find((d) => d.kind === "gpu")
+      assert.isDefined(gpu)
+      assert.match(gpu!.name, /NVIDIA/)
+      assert.isAbove(gpu!.totalBytes, 0)
+      assert.isAbove(gpu!.freeBytes, 0)
+      assert.isAtMost(gpu!.freeBytes, gpu!.totalBytes)
+      const summary = Format.readinessSummary(ready, { color: false })
+      assert.include(summary, `devices    ${gpu!.name}`)
+      assert.include(summary, "local build")
+      console.info(`test:gpu status:\n${summary}`)
+    })), 180_000)
+
+  layer(workerLayer({ child: { ...testChild, backend: gpuBackend } }), { timeout: 180_000, excludeTestServices: true })(
     "an engine child on CUDA",
     (it) => {
       it.effect("the child maps the CUDA libraries; the host maps none of the GPU libraries", () =>

@@ -50,11 +50,16 @@ describe("backend selection", () => {
       for (const o of selection.outcomes) assert.notStrictEqual(BackendProbe.describeOutcome(o), "")
     }), 120_000)
 
-  it("CUDA children get ggml's CUDA graphs off, which childEnv may change; other backends and the host get nothing", () => {
+  it("CUDA children get ggml's CUDA graphs off, which childEnv or the operator's own variable may change; other backends and the host get nothing", () => {
     const host = { PATH: "/usr/bin" }
     assert.strictEqual(childEnvironment(host, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS, "1")
     assert.strictEqual(
       childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "0" }).GGML_CUDA_DISABLE_GRAPHS,
+      "0"
+    )
+    // An operator who sets it in the server's environment (to measure graphs on, say) gets it.
+    assert.strictEqual(
+      childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "0" }, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS,
       "0"
     )
     assert.isUndefined(childEnvironment(host, { ...settings, backend: "cpu" }).GGML_CUDA_DISABLE_GRAPHS)

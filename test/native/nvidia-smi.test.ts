@@ -4,7 +4,7 @@
  * Sample outputs in the csv,noheader,nounits format the inventory asks nvidia-smi for.
  */
 import { assert, describe, it } from "@effect/vitest"
-import { parseGpus, parseProcessMemory, visible } from "../../src/native/engine/NvidiaSmi.js"
+import { parseDriverVersion, parseGpus, parseProcessMemory, visible } from "../../src/native/engine/NvidiaSmi.js"
 
 const MiB = 1024 * 1024
 
@@ -32,5 +32,12 @@ describe("nvidia-smi readings", () => {
     assert.strictEqual(parseProcessMemory(apps, 777), 80000 * MiB)
     assert.isUndefined(parseProcessMemory(apps, 1))
     assert.isUndefined(parseProcessMemory("", 4242))
+  })
+
+  it("the driver's version is read from the kernel module's line; another text has none", () => {
+    const proc = "NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  580.159.04  Release Build  (dvs-builder@U16-I3-B12-4-3)  Thu Oct 30 2026\nGCC version:  gcc version 12.2.0\n"
+    assert.strictEqual(parseDriverVersion(proc), "580.159.04")
+    assert.strictEqual(parseDriverVersion("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.14  Thu Feb 22 01:44:30 UTC 2024"), "550.54.14")
+    assert.isUndefined(parseDriverVersion("GCC version: 12.2.0"))
   })
 })

@@ -1,7 +1,7 @@
 /**
  * What the engine child reports about itself: `hello` (protocol and library versions, backend,
- * threads (the count used, also for "auto"), pid, and its devices with their total and free memory: on CUDA each visible GPU as
- * nvidia-smi lists it) and `memory` (a real reading of the child's RSS and used VRAM, not
+ * the build it loaded (local or prebuilt), threads, pid, and its devices with their total and free
+ * memory: on CUDA each visible GPU as nvidia-smi lists it, and the driver's version) and `memory` (a real reading of the child's RSS and used VRAM, not
  * node-llama-cpp's memoryUsage, which repeats the plan's reservation; on CUDA the VRAM this process
  * holds where the driver lists it, else the device-wide figure).
  */
@@ -52,6 +52,7 @@ export const make = ({ llama, threads }: Native): Inventory => ({
         new DeviceInfo({ name: names.join(", ") || gpu, kind: "gpu", totalBytes: vram.total, freeBytes: vram.free })
       )
     }
+    const driverVersion = gpu === "cuda" ? yield* NvidiaSmi.driverVersion : undefined
     return new HelloInfo({
       protocolVersion: PROTOCOL_VERSION,
       nodeLlamaCppVersion: packageVersion(),
@@ -60,7 +61,8 @@ export const make = ({ llama, threads }: Native): Inventory => ({
       build: llama.buildType,
       threads,
       pid: process.pid,
-      devices
+      devices,
+      ...(driverVersion === undefined ? {} : { driverVersion })
     })
   }),
   memory: Effect.gen(function*() {

@@ -6,6 +6,7 @@
  */
 import * as Effect from "effect/Effect"
 import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
 
 const MiB = 1024 * 1024
 
@@ -77,3 +78,16 @@ export const processMemory = (pid: number): Effect.Effect<number | undefined> =>
     query(["--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"]),
     (text) => (text === undefined ? undefined : parseProcessMemory(text, pid))
   )
+
+/** The kernel module's version from `/proc/driver/nvidia/version` ("... Kernel Module  580.159.04  ..."). */
+export const parseDriverVersion = (text: string): string | undefined =>
+  /Kernel Module(?:\s+for\s+\S+)?\s+(\d+(?:\.\d+)+)/.exec(text)?.[1]
+
+/** The NVIDIA driver's version, read from the kernel module's file (no process); undefined without the driver. */
+export const driverVersion: Effect.Effect<string | undefined> = Effect.sync(() => {
+  try {
+    return parseDriverVersion(Fs.readFileSync("/proc/driver/nvidia/version", "utf8"))
+  } catch {
+    return undefined
+  }
+})

@@ -35,6 +35,7 @@ export type Reason =
   | "size"
   | "sha256"
   | "engine-version"
+  | "backend"
   | "context-size"
   | "record-version"
   | "restore-failed"
@@ -43,10 +44,15 @@ export type Reason =
   | "record-hash"
   | "record-malformed"
 
-/** What a state file is bound to besides the model: the engine that wrote it and its context size. */
+/**
+ * What a state file is bound to besides the model: the engine that wrote it, the backend it ran on
+ * (a KV state written by CUDA kernels is not restored into a CPU context, nor the other way), and
+ * its context size.
+ */
 export interface EngineBinding {
   readonly nodeLlamaCppVersion: string
   readonly llamaCppRelease: string
+  readonly backend: string
   readonly contextSize: number
 }
 
@@ -57,6 +63,8 @@ const StateBinding = Schema.Struct({
   bytes: Schema.NonNegativeInt,
   nodeLlamaCppVersion: Schema.String,
   llamaCppRelease: Schema.String,
+  /** Absent in sidecars written before the backend was bound: those were written on the CPU. */
+  backend: Schema.optionalWith(Schema.String, { default: () => "cpu" }),
   contextSize: Schema.Int
 })
 export type StateBinding = typeof StateBinding.Type
@@ -352,6 +360,9 @@ export const make = (options: Options) =>
           "engine-version",
           `it was saved by node-llama-cpp ${state.nodeLlamaCppVersion} (llama.cpp ${state.llamaCppRelease}), this engine is ${engine.nodeLlamaCppVersion} (llama.cpp ${engine.llamaCppRelease})`
         ]
+      }
+      if (state.backend !== engine.backend) {
+        return ["backend", `it was saved on the ${state.backend} backend, this engine runs on ${engine.backend}`]
       }
       if (state.contextSize !== engine.contextSize) {
         return ["context-size", `it was saved from a context of ${state.contextSize} tokens, this one has ${engine.contextSize}`]

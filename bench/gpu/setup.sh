@@ -1,0 +1,38 @@
+# Device calls, common part (sourced, from the carried folder: `cd .gpu && . app/bench/gpu/setup.sh`).
+# The device has no node and no network: the carried folder holds node.xz (the node binary),
+# nm.tar.xz (node_modules trimmed to linux-x64), optionally lsrc.tar.xz (llama.cpp's source as
+# node-llama-cpp ships it) and cuda-*.part (an earlier call's CUDA build), and app/ (this
+# repository's files). Everything is unpacked under /tmp/w, outside the device's checkout, so a
+# warm machine keeps it for the next call; app/ is copied over it every call.
+# DRY=1: run on a machine without a GPU (the same steps, CPU backend) to check the scripts.
+set -u
+CARRY=$(pwd)
+W=${W:-/tmp/w}
+OUT=${OUT:-/tmp/w-out}
+mkdir -p "$W/bin" "$W/models" "$OUT"
+T0=${T0:-$(date +%s)}
+log() { echo "[$(( $(date +%s) - T0 ))s] $*"; }
+if [ ! -x "$W/bin/node" ]; then
+  if [ -f "$CARRY/node.xz" ]; then xz -dc "$CARRY/node.xz" > "$W/bin/node" && chmod +x "$W/bin/node"; else ln -sf "$(command -v node)" "$W/bin/node"; fi
+fi
+cp "$CARRY/app/bench/gpu/npm-shim" "$W/bin/npm" && chmod +x "$W/bin/npm"
+export PATH="$W/bin:$PATH"
+APP="$W/app"
+mkdir -p "$APP"
+cp -r "$CARRY/app/." "$APP/"
+if [ ! -d "$APP/node_modules/effect" ]; then
+  tar xJf "$CARRY/nm.tar.xz" -C "$APP" && log "node_modules unpacked"
+fi
+NLC="$APP/node_modules/node-llama-cpp"
+export NLC_DIR="$NLC" NM_DIR="$APP/node_modules"
+BUILD="$NLC/llama/localBuilds/linux-x64-cuda"
+if [ ! -f "$BUILD/Release/llama-addon.node" ] && ls "$CARRY"/cuda-*.part >/dev/null 2>&1; then
+  # buildDone.status: node-llama-cpp loads a local build only where its build finished (compileLLamaCpp.js).
+  mkdir -p "$BUILD" && cat "$CARRY"/cuda-*.part | tar xJf - -C "$BUILD" && touch "$BUILD/buildDone.status" && log "CUDA build unpacked from the carried parts"
+fi
+export NATIVEGEN_MODEL_CACHE="$W/models"
+mkdir -p "$APP/.cache" && ln -sfn "$W/models" "$APP/.cache/models"
+export LLAMA_LIBS="$BUILD/bin:$BUILD/Release"
+export NATIVEGEN_LLAMA_SERVER_DIR="$W/llama-server"
+cd "$APP"
+log "node $(node --version), app in $APP"
