@@ -27,7 +27,7 @@ import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import { afterDecodedToken, type FaultHooks } from "./Faults.js"
 import * as Grammars from "./Grammars.js"
 import type { Native } from "./Llama.js"
-import { wholeChunksCached } from "./PrefixReuse.js"
+import { type ColdSplit, keptOnGrid } from "./PrefixReuse.js"
 import type { Residents } from "./Residents.js"
 
 export interface Generations {
@@ -42,6 +42,8 @@ export interface Generations {
   readonly end: (generationId: string) => Effect.Effect<void>
   /** A generation sequence that no generation is using. */
   readonly idleSequence: (index: number) => Effect.Effect<LlamaContextSequence, InvalidEngineRequest | RoleNotLoaded>
+  /** Forgets how a sequence's cache was split (its state is replaced other than by a prefill). */
+  readonly forgetSplit: (sequence: LlamaContextSequence) => void
 }
 
 interface Generation {
@@ -57,6 +59,8 @@ interface Generation {
   readonly lane: Lane
   /** Prefill the whole prompt and finish without sampling. */
   readonly prefillOnly: boolean
+  /** Its prefill is split as a cold run splits it (what was kept ends on the grid, or is a cold split itself). */
+  readonly coldSplit: boolean
   /** Sampling under a grammar: its evaluation state (this generation's own) and the banned special tokens. */
   readonly constraint: Grammars.Constraint | undefined
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
@@ -153,11 +157,18 @@ export const make = (
     const decoded = afterDecodedToken(faults)
     let decodedTokens = 0
     const generations = new Map<string, Generation>()
+    /** Per sequence, where its cached prefill ended when it was split as a cold run splits it. */
+    const coldSplits = new Map<LlamaContextSequence, ColdSplit>()
+    /** Records a generation's finished prefill as the sequence's cold split, when it is one. */
+    const prefillDone = (g: Generation) => {
+      if (g.coldSplit && g.prefilled >= prefillEnd(g)) coldSplits.set(g.sequence, { end: prefillEnd(g), chunk: g.prefillChunk })
+    }
     /** Generation ids ended before they began (bounded; oldest forgotten first). */
     const ended = new Set<string>()
 
     residents.onUnload((r) => {
       for (const [id, g] of generations) if (r.sequences.includes(g.sequence)) generations.delete(id)
+      for (const sequence of r.sequences) coldSplits.delete(sequence)
     })
 
     const idleSequence = (index: number) =>
@@ -196,12 +207,16 @@ export const make = (
           )
         }
         // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to
-        // sample; prefill-only keeps all of it). On the grid, only whole prefill chunks are kept, so
-        // the rest is split into the same batches as a cold run (bit-identical probabilities).
+        // sample; prefill-only keeps all of it). On the grid, only whole prefill chunks are kept, or
+        // the whole prefill when the cache holds it split exactly as a cold run splits it (a repeated
+        // prompt), so the rest is split into the same batches as a cold run (bit-identical probabilities).
         const prefillChunk = Math.min(request.prefillChunk, options.batchSize)
         const candidates = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
+        const split = coldSplits.get(sequence)
+        // The sequence's cache changes from here: its split is recorded again when this prefill ends.
+        coldSplits.delete(sequence)
         const keep = request.reuseOnGrid === true
-          ? wholeChunksCached(sequence.contextTokens, candidates, prefillChunk)
+          ? keptOnGrid(sequence.contextTokens, candidates, prefillChunk, split)
           : candidates
         yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), lane)
         const reused = sequence.nextTokenIndex
@@ -209,7 +224,7 @@ export const make = (
         if (ended.delete(request.generationId)) {
           return yield* Effect.fail(invalid("generationId", request.generationId, "was ended before it began"))
         }
-        generations.set(request.generationId, {
+        const g: Generation = {
           id: request.generationId,
           sequenceIndex,
           sequence,
@@ -221,6 +236,7 @@ export const make = (
           prefillChunk,
           lane,
           prefillOnly: request.prefillOnly === true,
+          coldSplit: request.reuseOnGrid === true || reused === 0,
           constraint,
           prefilled: reused,
           iterator: undefined,
@@ -232,7 +248,10 @@ export const make = (
           texts: [],
           pendingText: [],
           finished: undefined
-        })
+        }
+        generations.set(request.generationId, g)
+        // A prompt whose whole prefill was kept is prefilled already.
+        prefillDone(g)
         return { reusedTokens: reused }
       })
 
@@ -260,6 +279,7 @@ export const make = (
               await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
               g.prefilled += chunk.length
             } while (g.prefilled < stepEnd && !contended(g.lane))
+            prefillDone(g)
           }, g.lane),
           // Read after the step: the tokens prefilled so far, this chunk included.
           () => ({ _tag: "Prefilled", done: g.prefilled, total: g.prompt.length }) as const
@@ -379,5 +399,5 @@ export const make = (
 
     yield* Effect.addFinalizer(() => Effect.forEach(Array.from(generations.keys()), end, { discard: true }))
 
-    return { begin, advance, end, idleSequence }
+    return { begin, advance, end, idleSequence, forgetSplit: (sequence) => void coldSplits.delete(sequence) }
   })
