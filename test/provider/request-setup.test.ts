@@ -60,5 +60,21 @@ describe("request set-up", () => {
         assert.isAbove(longer.usage.reusedTokens, 0)
         assert.strictEqual(longer.usage.reusedTokens % 128, 0, "reuse ends on the prefill chunk grid")
       }))
+
+    it.effect("a turn queued behind another of its conversation starts as the first ends (its End reaches the child first)", () =>
+      Effect.gen(function*() {
+        // The second turn of each pair waits for the conversation's slot and begins on the same
+        // sequence as soon as the first lets go, while the first's End is not awaited.
+        for (let pair = 0; pair < 4; pair++) {
+          const conversation = `setup-${pair}`
+          const [a, b] = yield* Effect.all([
+            collect({ ...request(text(pair, 8)), conversation }),
+            collect({ ...request(text(pair + 10, 8)), conversation })
+          ], { concurrency: "unbounded" })
+          assert.strictEqual(doneOf(a).usage.generatedTokens + doneOf(b).usage.generatedTokens > 0, true)
+          assert.strictEqual(doneOf(a).stopReason === "maxTokens" || doneOf(a).stopReason === "endOfGeneration", true)
+          assert.strictEqual(doneOf(b).stopReason === "maxTokens" || doneOf(b).stopReason === "endOfGeneration", true)
+        }
+      }))
   })
 })

@@ -7,7 +7,10 @@
  * is forgotten; every generation still open is ended when the engine's scope closes.
  */
 import * as Chunk from "effect/Chunk"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
@@ -165,6 +168,8 @@ export const make = (
     }
     /** Generation ids ended before they began (bounded; oldest forgotten first). */
     const ended = new Set<string>()
+    /** Per sequence, the close of the evaluation of a generation ended on it and not yet closed. */
+    const closing = new Map<LlamaContextSequence, Deferred.Deferred<void>>()
 
     residents.onUnload((r) => {
       for (const [id, g] of generations) if (r.sequences.includes(g.sequence)) generations.delete(id)
@@ -181,6 +186,9 @@ export const make = (
         for (const g of generations.values()) {
           if (g.sequence === sequence) return yield* Effect.fail(invalid("sequence", index, `busy with generation ${g.id}`))
         }
+        // The evaluation of a generation that ended on it holds the sequence until it is closed.
+        const previous = closing.get(sequence)
+        if (previous !== undefined) yield* Deferred.await(previous)
         return sequence
       })
 
@@ -382,20 +390,33 @@ export const make = (
         })
       )
 
-    const end = (generationId: string) =>
-      Effect.suspend(() => {
-        const g = generations.get(generationId)
-        if (g === undefined) {
-          // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
-          // remember it, so that Begin does not register a generation nobody will end.
-          ended.add(generationId)
-          if (ended.size > MAX_ENDED) ended.delete(ended.values().next().value!)
-          return Effect.void
-        }
-        generations.delete(generationId)
-        const iterator = g.iterator
-        return iterator === undefined ? Effect.void : Effect.ignore(step("end", async () => void (await iterator.return())))
-      })
+    /**
+     * Forgets the generation at once, when called (the protocol calls a handler in the order the
+     * messages came, so a Begin sent after an End finds its sequence idle); closing its evaluation
+     * is the returned effect, and a Begin on its sequence waits for that close (the evaluation holds
+     * the sequence's lock until then).
+     */
+    const end = (generationId: string): Effect.Effect<void> => {
+      const g = generations.get(generationId)
+      if (g === undefined) {
+        // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
+        // remember it, so that Begin does not register a generation nobody will end.
+        ended.add(generationId)
+        if (ended.size > MAX_ENDED) ended.delete(ended.values().next().value!)
+        return Effect.void
+      }
+      generations.delete(generationId)
+      const iterator = g.iterator
+      if (iterator === undefined) return Effect.void
+      const closed = Deferred.unsafeMake<void>(FiberId.none)
+      closing.set(g.sequence, closed)
+      return Effect.ignore(step("end", async () => void (await iterator.return()))).pipe(
+        Effect.ensuring(Effect.sync(() => {
+          if (closing.get(g.sequence) === closed) closing.delete(g.sequence)
+          Deferred.unsafeDone(closed, Exit.void)
+        }))
+      )
+    }
 
     yield* Effect.addFinalizer(() => Effect.forEach(Array.from(generations.keys()), end, { discard: true }))
 
