@@ -1,6 +1,7 @@
 /**
  * Generations on the generation model's sequences, as a state machine driven by the host: Begin
- * claims an idle sequence and keeps the longest cached prefix of the prompt; each Advance step is
+ * claims an idle sequence and reckons the longest cached prefix of the prompt to keep, without
+ * waiting for the engine (the first step trims the sequence to it); each Advance step is
  * prefill chunks (a native batch's worth, fewer when another step waits) or one decoded token (so
  * a cancel lands at the next step and other lanes run between steps); End releases the sequence. What a generation produced stays with it, so an
  * Advance can replay from any index the host did not receive. A generation whose model is unloaded
@@ -68,6 +69,8 @@ interface Generation {
   readonly constraint: Grammars.Constraint | undefined
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
+  /** The cached prefix to trim the sequence to, until the first step has done so. */
+  keep: Array<Token> | undefined
   iterator:
     | AsyncGenerator<
       { readonly token: Token; readonly confidence?: number; readonly probabilities?: Map<Token, number> },
@@ -226,8 +229,10 @@ export const make = (
         const keep = request.reuseOnGrid === true
           ? keptOnGrid(sequence.contextTokens, candidates, prefillChunk, split)
           : candidates
-        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), lane)
-        const reused = sequence.nextTokenIndex
+        // What the sequence keeps of `keep` (its common prefix with the cache). Trimming the rest is
+        // a native call, left to the generation's first step: Begin itself never waits for the
+        // engine, so a request's first step is its only wait at the step gate.
+        const reused = sequence.compareContextTokens(keep).firstDifferentIndex
         // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
         if (ended.delete(request.generationId)) {
           return yield* Effect.fail(invalid("generationId", request.generationId, "was ended before it began"))
@@ -247,6 +252,7 @@ export const make = (
           coldSplit: request.reuseOnGrid === true || reused === 0,
           constraint,
           prefilled: reused,
+          keep,
           iterator: undefined,
           confidence: request.confidence === true,
           confidences: [],
@@ -269,6 +275,18 @@ export const make = (
         return g === undefined ? Effect.fail(new UnknownGeneration({ generationId })) : Effect.succeed(g)
       })
 
+    /**
+     * Trims the sequence to the generation's kept prefix (in its first step). Should the engine keep
+     * less than Begin reckoned (a cache it had to drop), the prompt is prefilled from there.
+     */
+    const trim = async (g: Generation) => {
+      const keep = g.keep
+      if (keep === undefined) return
+      g.keep = undefined
+      await g.sequence.adaptStateToTokens(keep, false)
+      g.prefilled = Math.min(g.prefilled, g.sequence.nextTokenIndex)
+    }
+
     /** One step: prefill chunks (one native call each) or one decoded token. */
     const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
       const last = prefillEnd(g)
@@ -279,9 +297,10 @@ export const make = (
         // a native batch's worth of tokens, and ends after the chunk in flight when a step of its
         // lane or a higher one waits: a decision still runs after at most one chunk.
         const onGrid = (at: number) => Math.floor(at / g.prefillChunk) * g.prefillChunk
-        const stepEnd = Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
         return Effect.map(
           step("prefill", async () => {
+            await trim(g)
+            const stepEnd = Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
             do {
               const chunk = g.prompt.slice(g.prefilled, Math.min(onGrid(g.prefilled) + g.prefillChunk, stepEnd))
               await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
@@ -297,6 +316,14 @@ export const make = (
         decodeStep("decode", async () => {
           if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
             await new Promise<never>(() => {})
+          }
+          if (g.keep !== undefined) {
+            await trim(g)
+            // Only where the engine kept less than Begin reckoned (see `trim`).
+            if (g.prefilled < last) {
+              await g.sequence.evaluateWithoutGeneratingNewTokens(g.prompt.slice(g.prefilled, last) as Array<Token>)
+              g.prefilled = last
+            }
           }
           g.iterator ??= g.sequence.evaluateWithMetadata([g.prompt[last]!], {
             confidence: g.confidence,
@@ -407,10 +434,14 @@ export const make = (
       }
       generations.delete(generationId)
       const iterator = g.iterator
-      if (iterator === undefined) return Effect.void
+      if (iterator === undefined && g.keep === undefined) return Effect.void
       const closed = Deferred.unsafeMake<void>(FiberId.none)
       closing.set(g.sequence, closed)
-      return Effect.ignore(step("end", async () => void (await iterator.return()))).pipe(
+      // Ended before its first step, it still trims the sequence to what it reported kept.
+      return Effect.ignore(step("end", async () => {
+        await trim(g)
+        await iterator?.return()
+      })).pipe(
         Effect.ensuring(Effect.sync(() => {
           if (closing.get(g.sequence) === closed) closing.delete(g.sequence)
           Deferred.unsafeDone(closed, Exit.void)
