@@ -44,6 +44,12 @@ export interface Generations {
   readonly advance: (generationId: string, fromIndex: number) => Stream.Stream<AdvanceEvent, EngineError>
   /** Forgets the generation and closes its evaluation; an End before its Begin keeps that Begin from registering. */
   readonly end: (generationId: string) => Effect.Effect<void>
+  /**
+   * `end`, forgetting the generation at once, when called (the returned effect closes its
+   * evaluation): the child's End handler, which the protocol calls in the order the messages came,
+   * so a Begin sent after an End finds its sequence idle.
+   */
+  readonly endNow: (generationId: string) => Effect.Effect<void>
   /** A generation sequence that no generation is using. */
   readonly idleSequence: (index: number) => Effect.Effect<LlamaContextSequence, InvalidEngineRequest | RoleNotLoaded>
   /** Forgets how a sequence's cache was split (its state is replaced other than by a prefill). */
@@ -418,12 +424,11 @@ export const make = (
       )
 
     /**
-     * Forgets the generation at once, when called (the protocol calls a handler in the order the
-     * messages came, so a Begin sent after an End finds its sequence idle); closing its evaluation
-     * is the returned effect, and a Begin on its sequence waits for that close (the evaluation holds
-     * the sequence's lock until then).
+     * Forgets the generation at once, when called; closing its evaluation is the returned effect,
+     * and a Begin on its sequence waits for that close (the evaluation holds the sequence's lock
+     * until then).
      */
-    const end = (generationId: string): Effect.Effect<void> => {
+    const endNow = (generationId: string): Effect.Effect<void> => {
       const g = generations.get(generationId)
       if (g === undefined) {
         // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
@@ -449,7 +454,9 @@ export const make = (
       )
     }
 
+    const end = (generationId: string) => Effect.suspend(() => endNow(generationId))
+
     yield* Effect.addFinalizer(() => Effect.forEach(Array.from(generations.keys()), end, { discard: true }))
 
-    return { begin, advance, end, idleSequence, forgetSplit: (sequence) => void coldSplits.delete(sequence) }
+    return { begin, advance, end, endNow, idleSequence, forgetSplit: (sequence) => void coldSplits.delete(sequence) }
   })
