@@ -56,6 +56,7 @@ export class Engine extends Context.Tag("nativegen/Engine")<Engine, {
   readonly begin: Generation.Generations["begin"]
   readonly advance: Generation.Generations["advance"]
   readonly end: Generation.Generations["end"]
+  readonly endNow: Generation.Generations["endNow"]
   readonly score: Scoring.Scoring["score"]
 }>() {}
 
@@ -90,6 +91,7 @@ export const make = Effect.fn("Engine.make")(function*(
     begin: generations.begin,
     advance: generations.advance,
     end: generations.end,
+    endNow: generations.endNow,
     score: scoring.score
   })
 })

@@ -78,7 +78,9 @@ const main = Effect.gen(function*() {
     // Run ahead of the host by a few steps; a pause replays whatever the host did not receive.
     // Not wrapped: per token, and every native call in it is already typed by its step.
     Advance: ({ fromIndex, generationId }) => engine.advance(generationId, fromIndex),
-    End: ({ generationId }) => engine.end(generationId),
+    // Forgets the generation as the message is read (handlers are called in message order), so a
+    // Begin sent after this End finds its sequence idle; the host does not wait for the answer.
+    End: ({ generationId }) => engine.endNow(generationId),
     Score: ({ heads, prefillChunk, prompt }) => typedStream("score", engine.score(prompt, heads, prefillChunk)),
     Shutdown: () => Deferred.succeed(shutdown, undefined)
   })

@@ -124,7 +124,7 @@ export const make = Effect.gen(function*() {
   const total = (counts: ReadonlyArray<number>) => counts.reduce((a, b) => a + b, 0)
 
   /** Waits for a ready engine; a worker that has given up fails at once with its reason. */
-  const engineReady = worker.states.pipe(
+  const waitEngineReady = worker.states.pipe(
     Stream.filter((s) => s === "ready" || s === "failed" || s === "stopped"),
     Stream.runHead,
     Effect.flatMap((state) =>
@@ -133,6 +133,8 @@ export const make = Effect.gen(function*() {
         : Effect.flatMap(worker.readiness, (r) => Effect.fail(new EngineUnavailable({ reason: r.reason ?? r.state })))
     )
   )
+  // A ready engine is read at once (per request: no subscription to the worker's state changes).
+  const engineReady = Effect.flatMap(worker.readiness, (r) => (r.state === "ready" ? Effect.void : waitEngineReady))
 
   const queueTimeoutMillis = Duration.toMillis(config.queueTimeout)
 

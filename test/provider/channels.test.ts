@@ -112,7 +112,9 @@ describe("channels end to end with Qwen3's marker tokens", () => {
         const conversation = "qwen-continuation"
         const first = yield* collect(hi({ conversation }))
         const firstDone = doneOf(first)
-        assert.strictEqual(firstDone.usage.reuse, "cold")
+        // Not a continuation (its slot may hold the same prompt already, e.g. from the warm-up: then
+        // its whole prefill is kept, bit-identical to a cold run).
+        assert.include(["cold", "prefix"], firstDone.usage.reuse)
         const second = yield* collect({
           ...hi({ conversation }),
           messages: [

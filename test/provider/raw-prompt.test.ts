@@ -28,9 +28,16 @@ const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
   if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
   return last
 }
-/** The chunks without the Done chunk's timings (and checkpoint), which differ between runs. */
+/**
+ * The chunks without the Done chunk's timings (and checkpoint) and what it reused (a repeated
+ * prompt keeps its whole prefill), which differ between runs.
+ */
 const outputOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Done" ? { stopReason: c.stopReason, usage: c.usage } : c))
+  chunks.map((c) =>
+    c._tag === "Done"
+      ? { stopReason: c.stopReason, promptTokens: c.usage.promptTokens, generatedTokens: c.usage.generatedTokens }
+      : c
+  )
 const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
   chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
 

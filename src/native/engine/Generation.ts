@@ -1,13 +1,17 @@
 /**
  * Generations on the generation model's sequences, as a state machine driven by the host: Begin
- * claims an idle sequence and keeps the longest cached prefix of the prompt; each Advance step is
+ * claims an idle sequence and reckons the longest cached prefix of the prompt to keep, without
+ * waiting for the engine (the first step trims the sequence to it); each Advance step is
  * prefill chunks (a native batch's worth, fewer when another step waits) or one decoded token (so
  * a cancel lands at the next step and other lanes run between steps); End releases the sequence. What a generation produced stays with it, so an
  * Advance can replay from any index the host did not receive. A generation whose model is unloaded
  * is forgotten; every generation still open is ended when the engine's scope closes.
  */
 import * as Chunk from "effect/Chunk"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import * as Mailbox from "effect/Mailbox"
 import * as Option from "effect/Option"
 import type * as Scope from "effect/Scope"
@@ -27,7 +31,7 @@ import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import { afterDecodedToken, type FaultHooks } from "./Faults.js"
 import * as Grammars from "./Grammars.js"
 import type { Native } from "./Llama.js"
-import { wholeChunksCached } from "./PrefixReuse.js"
+import { type ColdSplit, keptOnGrid } from "./PrefixReuse.js"
 import type { Residents } from "./Residents.js"
 
 export interface Generations {
@@ -40,8 +44,16 @@ export interface Generations {
   readonly advance: (generationId: string, fromIndex: number) => Stream.Stream<AdvanceEvent, EngineError>
   /** Forgets the generation and closes its evaluation; an End before its Begin keeps that Begin from registering. */
   readonly end: (generationId: string) => Effect.Effect<void>
+  /**
+   * `end`, forgetting the generation at once, when called (the returned effect closes its
+   * evaluation): the child's End handler, which the protocol calls in the order the messages came,
+   * so a Begin sent after an End finds its sequence idle.
+   */
+  readonly endNow: (generationId: string) => Effect.Effect<void>
   /** A generation sequence that no generation is using. */
   readonly idleSequence: (index: number) => Effect.Effect<LlamaContextSequence, InvalidEngineRequest | RoleNotLoaded>
+  /** Forgets how a sequence's cache was split (its state is replaced other than by a prefill). */
+  readonly forgetSplit: (sequence: LlamaContextSequence) => void
 }
 
 interface Generation {
@@ -57,10 +69,14 @@ interface Generation {
   readonly lane: Lane
   /** Prefill the whole prompt and finish without sampling. */
   readonly prefillOnly: boolean
+  /** Its prefill is split as a cold run splits it (what was kept ends on the grid, or is a cold split itself). */
+  readonly coldSplit: boolean
   /** Sampling under a grammar: its evaluation state (this generation's own) and the banned special tokens. */
   readonly constraint: Grammars.Constraint | undefined
   /** Prompt tokens (all but the last, unless prefill-only) in the sequence's KV cache. */
   prefilled: number
+  /** The cached prefix to trim the sequence to, until the first step has done so. */
+  keep: Array<Token> | undefined
   iterator:
     | AsyncGenerator<
       { readonly token: Token; readonly confidence?: number; readonly probabilities?: Map<Token, number> },
@@ -153,11 +169,20 @@ export const make = (
     const decoded = afterDecodedToken(faults)
     let decodedTokens = 0
     const generations = new Map<string, Generation>()
+    /** Per sequence, where its cached prefill ended when it was split as a cold run splits it. */
+    const coldSplits = new Map<LlamaContextSequence, ColdSplit>()
+    /** Records a generation's finished prefill as the sequence's cold split, when it is one. */
+    const prefillDone = (g: Generation) => {
+      if (g.coldSplit && g.prefilled >= prefillEnd(g)) coldSplits.set(g.sequence, { end: prefillEnd(g), chunk: g.prefillChunk })
+    }
     /** Generation ids ended before they began (bounded; oldest forgotten first). */
     const ended = new Set<string>()
+    /** Per sequence, the close of the evaluation of a generation ended on it and not yet closed. */
+    const closing = new Map<LlamaContextSequence, Deferred.Deferred<void>>()
 
     residents.onUnload((r) => {
       for (const [id, g] of generations) if (r.sequences.includes(g.sequence)) generations.delete(id)
+      for (const sequence of r.sequences) coldSplits.delete(sequence)
     })
 
     const idleSequence = (index: number) =>
@@ -170,6 +195,9 @@ export const make = (
         for (const g of generations.values()) {
           if (g.sequence === sequence) return yield* Effect.fail(invalid("sequence", index, `busy with generation ${g.id}`))
         }
+        // The evaluation of a generation that ended on it holds the sequence until it is closed.
+        const previous = closing.get(sequence)
+        if (previous !== undefined) yield* Deferred.await(previous)
         return sequence
       })
 
@@ -196,20 +224,26 @@ export const make = (
           )
         }
         // Keep the longest cached prefix of the prompt (never the last token: it is evaluated to
-        // sample; prefill-only keeps all of it). On the grid, only whole prefill chunks are kept, so
-        // the rest is split into the same batches as a cold run (bit-identical probabilities).
+        // sample; prefill-only keeps all of it). On the grid, only whole prefill chunks are kept, or
+        // the whole prefill when the cache holds it split exactly as a cold run splits it (a repeated
+        // prompt), so the rest is split into the same batches as a cold run (bit-identical probabilities).
         const prefillChunk = Math.min(request.prefillChunk, options.batchSize)
         const candidates = (request.prefillOnly === true ? request.prompt : request.prompt.slice(0, -1)) as Array<Token>
+        const split = coldSplits.get(sequence)
+        // The sequence's cache changes from here: its split is recorded again when this prefill ends.
+        coldSplits.delete(sequence)
         const keep = request.reuseOnGrid === true
-          ? wholeChunksCached(sequence.contextTokens, candidates, prefillChunk)
+          ? keptOnGrid(sequence.contextTokens, candidates, prefillChunk, split)
           : candidates
-        yield* step("adaptState", () => sequence.adaptStateToTokens(keep, false), lane)
-        const reused = sequence.nextTokenIndex
+        // What the sequence keeps of `keep` (its common prefix with the cache). Trimming the rest is
+        // a native call, left to the generation's first step: Begin itself never waits for the
+        // engine, so a request's first step is its only wait at the step gate.
+        const reused = sequence.compareContextTokens(keep).firstDifferentIndex
         // The host ended it while this Begin was on its way (its caller was interrupted): never register it.
         if (ended.delete(request.generationId)) {
           return yield* Effect.fail(invalid("generationId", request.generationId, "was ended before it began"))
         }
-        generations.set(request.generationId, {
+        const g: Generation = {
           id: request.generationId,
           sequenceIndex,
           sequence,
@@ -221,8 +255,10 @@ export const make = (
           prefillChunk,
           lane,
           prefillOnly: request.prefillOnly === true,
+          coldSplit: request.reuseOnGrid === true || reused === 0,
           constraint,
           prefilled: reused,
+          keep,
           iterator: undefined,
           confidence: request.confidence === true,
           confidences: [],
@@ -232,7 +268,10 @@ export const make = (
           texts: [],
           pendingText: [],
           finished: undefined
-        })
+        }
+        generations.set(request.generationId, g)
+        // A prompt whose whole prefill was kept is prefilled already.
+        prefillDone(g)
         return { reusedTokens: reused }
       })
 
@@ -241,6 +280,18 @@ export const make = (
         const g = generations.get(generationId)
         return g === undefined ? Effect.fail(new UnknownGeneration({ generationId })) : Effect.succeed(g)
       })
+
+    /**
+     * Trims the sequence to the generation's kept prefix (in its first step). Should the engine keep
+     * less than Begin reckoned (a cache it had to drop), the prompt is prefilled from there.
+     */
+    const trim = async (g: Generation) => {
+      const keep = g.keep
+      if (keep === undefined) return
+      g.keep = undefined
+      await g.sequence.adaptStateToTokens(keep, false)
+      g.prefilled = Math.min(g.prefilled, g.sequence.nextTokenIndex)
+    }
 
     /** One step: prefill chunks (one native call each) or one decoded token. */
     const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
@@ -252,14 +303,16 @@ export const make = (
         // a native batch's worth of tokens, and ends after the chunk in flight when a step of its
         // lane or a higher one waits: a decision still runs after at most one chunk.
         const onGrid = (at: number) => Math.floor(at / g.prefillChunk) * g.prefillChunk
-        const stepEnd = Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
         return Effect.map(
           step("prefill", async () => {
+            await trim(g)
+            const stepEnd = Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
             do {
               const chunk = g.prompt.slice(g.prefilled, Math.min(onGrid(g.prefilled) + g.prefillChunk, stepEnd))
               await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
               g.prefilled += chunk.length
             } while (g.prefilled < stepEnd && !contended(g.lane))
+            prefillDone(g)
           }, g.lane),
           // Read after the step: the tokens prefilled so far, this chunk included.
           () => ({ _tag: "Prefilled", done: g.prefilled, total: g.prompt.length }) as const
@@ -269,6 +322,14 @@ export const make = (
         decodeStep("decode", async () => {
           if (failpoints?.hangAtStep !== undefined && decodedTokens + 1 >= failpoints.hangAtStep) {
             await new Promise<never>(() => {})
+          }
+          if (g.keep !== undefined) {
+            await trim(g)
+            // Only where the engine kept less than Begin reckoned (see `trim`).
+            if (g.prefilled < last) {
+              await g.sequence.evaluateWithoutGeneratingNewTokens(g.prompt.slice(g.prefilled, last) as Array<Token>)
+              g.prefilled = last
+            }
           }
           g.iterator ??= g.sequence.evaluateWithMetadata([g.prompt[last]!], {
             confidence: g.confidence,
@@ -362,22 +423,40 @@ export const make = (
         })
       )
 
-    const end = (generationId: string) =>
-      Effect.suspend(() => {
-        const g = generations.get(generationId)
-        if (g === undefined) {
-          // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
-          // remember it, so that Begin does not register a generation nobody will end.
-          ended.add(generationId)
-          if (ended.size > MAX_ENDED) ended.delete(ended.values().next().value!)
-          return Effect.void
-        }
-        generations.delete(generationId)
-        const iterator = g.iterator
-        return iterator === undefined ? Effect.void : Effect.ignore(step("end", async () => void (await iterator.return())))
-      })
+    /**
+     * Forgets the generation at once, when called; closing its evaluation is the returned effect,
+     * and a Begin on its sequence waits for that close (the evaluation holds the sequence's lock
+     * until then).
+     */
+    const endNow = (generationId: string): Effect.Effect<void> => {
+      const g = generations.get(generationId)
+      if (g === undefined) {
+        // An End may overtake its Begin (the host stops waiting for a Begin it was interrupted in):
+        // remember it, so that Begin does not register a generation nobody will end.
+        ended.add(generationId)
+        if (ended.size > MAX_ENDED) ended.delete(ended.values().next().value!)
+        return Effect.void
+      }
+      generations.delete(generationId)
+      const iterator = g.iterator
+      if (iterator === undefined && g.keep === undefined) return Effect.void
+      const closed = Deferred.unsafeMake<void>(FiberId.none)
+      closing.set(g.sequence, closed)
+      // Ended before its first step, it still trims the sequence to what it reported kept.
+      return Effect.ignore(step("end", async () => {
+        await trim(g)
+        await iterator?.return()
+      })).pipe(
+        Effect.ensuring(Effect.sync(() => {
+          if (closing.get(g.sequence) === closed) closing.delete(g.sequence)
+          Deferred.unsafeDone(closed, Exit.void)
+        }))
+      )
+    }
+
+    const end = (generationId: string) => Effect.suspend(() => endNow(generationId))
 
     yield* Effect.addFinalizer(() => Effect.forEach(Array.from(generations.keys()), end, { discard: true }))
 
-    return { begin, advance, end, idleSequence }
+    return { begin, advance, end, endNow, idleSequence, forgetSplit: (sequence) => void coldSplits.delete(sequence) }
   })

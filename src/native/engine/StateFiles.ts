@@ -19,7 +19,7 @@ export interface StateFiles {
   readonly restore: (index: number, path: string) => Effect.Effect<{ readonly tokens: number }, StateError>
 }
 
-export const make = ({ step }: Native, { idleSequence }: Pick<Generations, "idleSequence">): StateFiles => ({
+export const make = ({ step }: Native, { forgetSplit, idleSequence }: Pick<Generations, "idleSequence" | "forgetSplit">): StateFiles => ({
   save: (index, path) =>
     Effect.flatMap(idleSequence(index), (sequence) =>
       step("saveState", async () => {
@@ -35,6 +35,8 @@ export const make = ({ step }: Native, { idleSequence }: Pick<Generations, "idle
   restore: (index, path) =>
     Effect.flatMap(idleSequence(index), (sequence) =>
       step("restoreState", async () => {
+        // Restored KV was computed however its file's sequence computed it: no cold split to reuse.
+        forgetSplit(sequence)
         await sequence.loadStateFromFile(path, { acceptRisk: true })
         return { tokens: sequence.contextTokens.length }
       }, "utility"))

@@ -33,8 +33,10 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
             const incarnation = begunOn
             if (incarnation === undefined) return Effect.void
             return Effect.flatMap(supervisor.isCurrent(incarnation), (current) =>
+              // Sent, not awaited: the child forgets the generation when it reads the End, before
+              // anything sent after it (a Begin on the same sequence waits there for its close).
               current
-                ? Effect.ignore(guarded(incarnation.child, incarnation.child.client.End({ generationId }), config.stepDeadline))
+                ? Effect.ignore(guarded(incarnation.child, incarnation.child.client.End({ generationId }, { discard: true }), config.stepDeadline))
                 : Effect.void)
           })
         )

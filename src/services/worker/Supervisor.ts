@@ -171,7 +171,8 @@ export const make: Effect.Effect<
     Stream.runHead
   )
 
-  const ready: Effect.Effect<Incarnation.Incarnation, EngineUnavailable> = settled.pipe(
+  /** Waits for the engine to settle: ready (its incarnation) or given up (EngineUnavailable), bounded. */
+  const waitReady: Effect.Effect<Incarnation.Incarnation, EngineUnavailable> = settled.pipe(
     Effect.flatMap((s) =>
       Option.isSome(s) && s.value.state === "ready" && s.value.current !== undefined
         ? Effect.succeed(s.value.current)
@@ -189,6 +190,12 @@ export const make: Effect.Effect<
           ))
     }),
     Effect.flatten
+  )
+
+  // A ready engine is read from the status at once (per request: no subscription to its changes).
+  const ready: Effect.Effect<Incarnation.Incarnation, EngineUnavailable> = Effect.flatMap(
+    SubscriptionRef.get(status),
+    (s) => s.state === "ready" && s.current !== undefined ? Effect.succeed(s.current) : waitReady
   )
 
   const onReady: Supervisor["onReady"] = (call, deadline = config.stepDeadline) =>
