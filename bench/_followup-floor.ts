@@ -3,7 +3,8 @@
  * run of the same prompts (bench/peer/Prompts.ts: the ~3,800-word conversation, then its follow-up
  * of ~200 new words), no runtime around it. Per round: the cold prefill of turn 1 to its first
  * token, then the follow-up's new tokens on top of the cached history to its first token, the new
- * tokens evaluated in one native call and, for comparison, on the 128-token grid (two calls).
+ * tokens evaluated in one native call and, for comparison, on the 128-token grid (a call ends at
+ * every multiple of 128: what a continuation did before it was let off the grid).
  * Prints one JSON line per round: wall and process CPU milliseconds (at 1 thread the CPU time is the
  * work itself, whatever else loads the machine). Run: `NATIVEGEN_MODEL_CACHE=.cache/models UV_THREADPOOL_SIZE=1
  * node --import tsx bench/_followup-floor.ts [threads] [rounds]`.
@@ -54,10 +55,10 @@ for (let r = 0; r < rounds; r++) {
   await sequence.clearHistory()
   const coldRun = await firstToken(cold, [])
   // Cold leaves cold[0..n-1) cached plus the sampled token; keep the shared prefix only.
-  const variants: Record<string, number[]> = {
-    oneCall: [],
-    grid: [Math.ceil(shared / CHUNK) * CHUNK - shared]
-  }
+  // The grid's split: a call ends at every multiple of the chunk size (positions past `shared`).
+  const gridSplits: Array<number> = []
+  for (let at = Math.ceil((shared + 1) / CHUNK) * CHUNK; at < full.length - 1; at += CHUNK) gridSplits.push(at - shared)
+  const variants: Record<string, number[]> = { oneCall: [], grid: gridSplits }
   const follow: Record<string, Awaited<ReturnType<typeof firstToken>>> = {}
   for (const [name, splits] of Object.entries(variants)) {
     await sequence.eraseContextTokenRanges([{ start: shared, end: sequence.nextTokenIndex }])
