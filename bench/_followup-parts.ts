@@ -2,8 +2,9 @@
  * The peer benchmark's follow-up, through the runtime in process (Provider, Scheduler, worker and
  * a real engine child) on `qwen-bench` with the peer benchmark's settings and prompts: per round,
  * turn 1 of a conversation (cold), then its follow-up with turn 1's checkpoint. Prints each turn's
- * first-token time and the Done timings (with the load average: alternate it with a run of another
- * build for an A/B comparison). Run: `NATIVEGEN_MODEL_CACHE=.cache/models UV_THREADPOOL_SIZE=1 node --import tsx
+ * first-token time, the Done timings and the engine child's CPU time over the turn (utime+stime
+ * from /proc: the native work and the child's JavaScript, whatever else loads the machine), with
+ * the load average: alternate it with a run of another build for an A/B comparison. Run: `NATIVEGEN_MODEL_CACHE=.cache/models UV_THREADPOOL_SIZE=1 node --import tsx
  * bench/_followup-parts.ts [threads] [rounds]`.
  */
 import * as Duration from "effect/Duration"
@@ -16,6 +17,7 @@ import * as Path from "node:path"
 import { ensureModel } from "../fixtures/models.js"
 import type { GenerateChunk, GenerateRequest } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
+import { NativeWorker } from "../src/services/NativeWorker.js"
 import { Provider } from "../src/services/Provider.js"
 import { followUp, history } from "./peer/Prompts.js"
 
@@ -24,9 +26,18 @@ const rounds = Number(process.argv[3] ?? 2)
 const MiB = 1024 * 1024
 type Done = Extract<GenerateChunk, { _tag: "Done" }>
 
+/** CPU milliseconds a process has used (utime + stime, at 100 ticks per second). */
+const cpuOf = (pid: number | undefined) => {
+  if (pid === undefined) return Number.NaN
+  const fields = Fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
+  return (Number(fields[11]) + Number(fields[12])) * 10
+}
+
 const turn = (request: GenerateRequest) =>
   Effect.gen(function*() {
     const provider = yield* Provider
+    const pid = (yield* (yield* NativeWorker).readiness).pid
+    const cpuBefore = cpuOf(pid)
     let first: number | undefined
     let done: Done | undefined
     let answer = ""
@@ -38,7 +49,7 @@ const turn = (request: GenerateRequest) =>
           if (chunk.channel === "answer") answer += chunk.text
         } else if (chunk._tag === "Done") done = chunk
       }))
-    return { first: Math.round(first ?? NaN), done: done!, answer }
+    return { first: Math.round(first ?? NaN), childCpuMs: cpuOf(pid) - cpuBefore, done: done!, answer }
   })
 
 const program = Effect.gen(function*() {
@@ -58,8 +69,8 @@ const program = Effect.gen(function*() {
       round: r,
       threads,
       load: Fs.readFileSync("/proc/loadavg", "utf8").trim(),
-      cold: { first: one.first, usage: one.done.usage, timings: one.done.timings },
-      follow: { first: two.first, usage: two.done.usage, timings: two.done.timings },
+      cold: { first: one.first, childCpuMs: one.childCpuMs, usage: one.done.usage, timings: one.done.timings },
+      follow: { first: two.first, childCpuMs: two.childCpuMs, usage: two.done.usage, timings: two.done.timings },
       ratio: +(two.first / one.first).toFixed(3)
     }))
   }
