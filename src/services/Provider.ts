@@ -139,12 +139,13 @@ export const make = Effect.gen(function*() {
       if (split.turn.length === 0) return yield* invalid("messages", request.messages.length, "a continued turn needs a message after the last assistant message")
       const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
       const assistant = history[history.length - 1]!
-      const texts = {
-        assistantPrompt: yield* worker.renderText("generation", history.slice(0, -1), true, inputs),
-        history: yield* worker.renderText("generation", history, false, inputs),
+      // Sent together: the child renders them back to back, with no round trip between them.
+      const texts = yield* Effect.all({
+        assistantPrompt: worker.renderText("generation", history.slice(0, -1), true, inputs),
+        history: worker.renderText("generation", history, false, inputs),
         // Only the new turn's assistant prompt depends on the response format's thinking rule.
-        full: yield* worker.renderText("generation", [...history, ...split.turn], true, turnInputs)
-      }
+        full: worker.renderText("generation", [...history, ...split.turn], true, turnInputs)
+      }, { concurrency: "unbounded" })
       const parts = Continuation.continuationTexts(texts, assistant.content)
       if (typeof parts === "string") {
         // The template re-renders the assistant message (Qwen3 does, for a turn of tool calls after
@@ -155,8 +156,10 @@ export const make = Effect.gen(function*() {
         if (probed === undefined) return yield* invalid("messages", conversation, parts)
         return { tokens: [...tokens, ...(yield* worker.tokenize("generation", probed, true))], continued: true }
       }
-      const closing = yield* worker.tokenize("generation", parts.closing, true)
-      const turn = yield* worker.tokenize("generation", parts.turn, true)
+      const [closing, turn] = yield* Effect.all([
+        worker.tokenize("generation", parts.closing, true),
+        worker.tokenize("generation", parts.turn, true)
+      ], { concurrency: "unbounded" })
       return { tokens: [...tokens, ...closing, ...turn], continued: true }
     })
 

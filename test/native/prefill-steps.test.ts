@@ -2,7 +2,9 @@
  * Prefill steps: with nothing else waiting, one step prefills a native batch's worth of chunks,
  * each still its own native call on the chunk grid, so output and probabilities are bit-identical
  * to one chunk per step; a decision that comes during a long prefill is served after the chunk in
- * flight. In process, composed as Engine.make composes them, on the tiny model (1 thread).
+ * flight; a cancel during a long prefill step lands after the chunk in flight; a continuation that
+ * begins off the grid prefills its new tokens in as few native calls as the chunk size allows. In
+ * process, composed as Engine.make composes them, on the tiny model (1 thread).
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as Chunk from "effect/Chunk"
@@ -89,5 +91,62 @@ describe("prefill steps", () => {
       assert.isBelow(before, prompt.length - 1 - CHUNK, "the prefill had ended before the decision came")
       assert.isAtMost(scored - before, CHUNK, `prefilled ${scored - before} tokens while the decision waited`)
       yield* Fiber.join(generation)
+    }))
+
+  it.scoped("a cancel during a long prefill step lands after the chunk in flight, not at the end of the step", () =>
+    Effect.gen(function*() {
+      const { generations, prompt, residents } = yield* build(BATCH * 4)
+      const sequence = (yield* residents.resident("generation")).sequences[0]!
+      assert.isAbove(prompt.length - 1, 4 * CHUNK, "one uncontended step would run many chunks")
+      const id = yield* begin(generations, prompt)
+      const generation = yield* Effect.fork(Stream.runDrain(generations.advance(id, 0)))
+      // The first step has started its first chunk when the cancel comes.
+      yield* Effect.yieldNow()
+      const before = sequence.nextTokenIndex
+      yield* Fiber.interrupt(generation)
+      const after = sequence.nextTokenIndex
+      yield* generations.end(id)
+      assert.isAtMost(after - before, CHUNK, `prefilled ${after - before} tokens after the cancel`)
+      assert.isAbove(after, 0, "the chunk in flight completed")
+    }))
+
+  it.scoped("a continuation that begins off the grid prefills its new tokens in as few native calls as chunks allow", () =>
+    Effect.gen(function*() {
+      const { generations, native, prompt } = yield* build(BATCH)
+      const history = prompt.slice(0, 3 * CHUNK + 5)
+      const first = yield* begin(generations, history)
+      const reply = yield* generations.advance(first, 0).pipe(
+        Stream.filter((e) => e._tag === "Token"),
+        Stream.map((e) => e.token),
+        Stream.runCollect,
+        Effect.map(Chunk.toArray),
+        Effect.ensuring(generations.end(first))
+      )
+      assert.isAbove(reply.length, 0)
+      // Turns that add n new tokens to prefill (the last one is sampled from): one call below two
+      // chunks, then a chunk per call with the rest below a chunk joined to the last call.
+      for (const n of [CHUNK + 7, 2 * CHUNK + 3, 3 * CHUNK + 31]) {
+        const turn = [...history, ...reply, ...prompt.slice(history.length, history.length + n)]
+        const generationId = `p${++ids}`
+        const { reusedTokens } = yield* generations.begin({
+          generationId,
+          lane: "foreground",
+          sequence: 0,
+          prompt: turn,
+          sampling: { temperature: 0 },
+          maxTokens: 1,
+          stopTokens: [],
+          prefillChunk: CHUNK
+        })
+        assert.notStrictEqual(reusedTokens % CHUNK, 0, "the continuation begins off the grid")
+        const prefilling = turn.length - 1 - reusedTokens
+        const before = native.counters().nativeBatches
+        const events = Chunk.toArray(yield* Stream.runCollect(generations.advance(generationId, 0)))
+        yield* generations.end(generationId)
+        // One native batch per prefill call, and one for the sampled token.
+        const calls = native.counters().nativeBatches - before - 1
+        assert.strictEqual(calls, Math.max(1, Math.floor(prefilling / CHUNK)), `${prefilling} tokens in ${calls} calls`)
+        assert.strictEqual(events.filter((e) => e._tag === "Token").length, 1)
+      }
     }))
 })

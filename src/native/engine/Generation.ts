@@ -2,7 +2,8 @@
  * Generations on the generation model's sequences, as a state machine driven by the host: Begin
  * claims an idle sequence and reckons the longest cached prefix of the prompt to keep, without
  * waiting for the engine (the first step trims the sequence to it); each Advance step is
- * prefill chunks (a native batch's worth, fewer when another step waits) or one decoded token (so
+ * prefill chunks (a native batch's worth, fewer when another step waits or the generation is
+ * cancelled: a cancel lands after the chunk in flight) or one decoded token (so
  * a cancel lands at the next step and other lanes run between steps); End releases the sequence. What a generation produced stays with it, so an
  * Advance can replay from any index the host did not receive. A generation whose model is unloaded
  * is forgotten; every generation still open is ended when the engine's scope closes.
@@ -66,6 +67,8 @@ interface Generation {
   readonly maxTokens: number
   readonly stopTokens: ReadonlySet<number>
   readonly prefillChunk: number
+  /** Began at a multiple of the chunk size: prefill calls end on the grid, as a cold run's do. */
+  readonly onGrid: boolean
   readonly lane: Lane
   /** Prefill the whole prompt and finish without sampling. */
   readonly prefillOnly: boolean
@@ -163,7 +166,7 @@ export const make = (
   faults: FaultHooks | undefined
 ): Effect.Effect<Generations, never, Scope.Scope> =>
   Effect.gen(function*() {
-    const { contended, decodeStep, options, step } = native
+    const { contended, decodeStep, options, step, stoppableStep } = native
     const grammars = Grammars.make(native.llama)
     const failpoints: Failpoints | undefined = faults?.failpoints
     const decoded = afterDecodedToken(faults)
@@ -253,6 +256,7 @@ export const make = (
           maxTokens: request.maxTokens,
           stopTokens: new Set(stopTokens),
           prefillChunk,
+          onGrid: reused % prefillChunk === 0,
           lane,
           prefillOnly: request.prefillOnly === true,
           coldSplit: request.reuseOnGrid === true || reused === 0,
@@ -293,25 +297,40 @@ export const make = (
       g.prefilled = Math.min(g.prefilled, g.sequence.nextTokenIndex)
     }
 
+    /**
+     * Where the native prefill call that starts at `at` ends. On the grid (the generation began at
+     * a multiple of the chunk size: a cold run, or reuse of whole chunks), at the next multiple, so
+     * the prompt splits into the same batches as a cold run. Off the grid (a continuation: its cache
+     * ends wherever the last turn's output did, so no cold run splits like it), a chunk further,
+     * and a rest shorter than a chunk joins the call before it: fewer native calls, none longer than
+     * two chunks (or the native batch).
+     */
+    const callEnd = (g: Generation, at: number, last: number) => {
+      if (g.onGrid) return Math.min(last, Math.floor(at / g.prefillChunk) * g.prefillChunk + g.prefillChunk)
+      const end = at + g.prefillChunk
+      return last - end < g.prefillChunk && last - at <= options.batchSize ? last : Math.min(last, end)
+    }
+
     /** One step: prefill chunks (one native call each) or one decoded token. */
     const advanceOnce = (g: Generation): Effect.Effect<AdvanceEvent, EngineError> => {
       const last = prefillEnd(g)
       if (g.prefilled < last) {
-        // Chunks end on the grid of multiples of the chunk size, wherever reuse left off: a prompt
-        // whose cached part ends on the grid is split into the same batches as a cold run. One
-        // step runs chunk after chunk (each its own native call, so the split is the grid's) up to
-        // a native batch's worth of tokens, and ends after the chunk in flight when a step of its
-        // lane or a higher one waits: a decision still runs after at most one chunk.
+        // One step runs call after call (each its own native call, so the split is callEnd's) up
+        // to a native batch's worth of tokens (on the grid, to a grid point), and ends after the
+        // call in flight when a step of its lane or a higher one waits (a decision still runs
+        // after at most one call) or when the generation is cancelled (its caller interrupted).
         const onGrid = (at: number) => Math.floor(at / g.prefillChunk) * g.prefillChunk
         return Effect.map(
-          step("prefill", async () => {
+          stoppableStep("prefill", async (stop) => {
             await trim(g)
-            const stepEnd = Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
+            const stepEnd = g.onGrid
+              ? Math.min(last, Math.max(onGrid(g.prefilled) + g.prefillChunk, onGrid(g.prefilled + options.batchSize)))
+              : Math.min(last, g.prefilled + options.batchSize)
             do {
-              const chunk = g.prompt.slice(g.prefilled, Math.min(onGrid(g.prefilled) + g.prefillChunk, stepEnd))
-              await g.sequence.evaluateWithoutGeneratingNewTokens(chunk as Array<Token>)
-              g.prefilled += chunk.length
-            } while (g.prefilled < stepEnd && !contended(g.lane))
+              const end = callEnd(g, g.prefilled, last)
+              await g.sequence.evaluateWithoutGeneratingNewTokens(g.prompt.slice(g.prefilled, end) as Array<Token>)
+              g.prefilled = end
+            } while (g.prefilled < stepEnd && !stop.requested && !contended(g.lane))
             prefillDone(g)
           }, g.lane),
           // Read after the step: the tokens prefilled so far, this chunk included.

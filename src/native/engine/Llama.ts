@@ -28,6 +28,11 @@ export interface EngineOptions {
   readonly batchDecode?: boolean | undefined
 }
 
+/** Raised when the caller of a stoppable step is interrupted (a cancel): read between native calls. */
+export interface StopRequest {
+  readonly requested: boolean
+}
+
 export interface Native {
   readonly llama: Llama
   readonly options: EngineOptions
@@ -42,6 +47,12 @@ export interface Native {
    * the other decode steps waiting right behind it, and they are evaluated in one native batch.
    */
   readonly decodeStep: <A>(operation: string, run: () => Promise<A>, lane: Lane) => Effect.Effect<A, EngineFailure>
+  /**
+   * Runs a native call sequence that can end early, atomically in lane order like `step`: when the
+   * caller is interrupted, `stop.requested` is raised and the interruption waits for `run` to
+   * settle, so `run` ends after its native call in flight (it checks the flag between calls).
+   */
+  readonly stoppableStep: <A>(operation: string, run: (stop: StopRequest) => Promise<A>, lane: Lane) => Effect.Effect<A, EngineFailure>
   /** Whether a step of `lane` or a higher lane waits at the gate now. */
   readonly contended: (lane: Lane) => boolean
   /** The batching option of every context: dispatches the decodes queued in one turn as one native batch. */
@@ -77,6 +88,22 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
           Effect.tryPromise({ try: run, catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
         )
       )
+    const stoppableStep = <A>(operation: string, run: (stop: StopRequest) => Promise<A>, lane: Lane) =>
+      gate.run(
+        lane,
+        Effect.async<A, EngineFailure>((resume) => {
+          const stop = { requested: false }
+          const settled = (async () => run(stop))().then(
+            (a) => resume(Effect.succeed(a)),
+            (cause: unknown) => resume(Effect.fail(new EngineFailure({ operation, reason: reasonOf(cause) })))
+          )
+          // Interrupted: ask `run` to stop at its next native call boundary, and wait for it.
+          return Effect.promise(() => {
+            stop.requested = true
+            return settled
+          })
+        })
+      )
     const decodeStep = options.batchDecode === false
       ? step
       : <A>(operation: string, run: () => Promise<A>, lane: Lane) =>
@@ -93,5 +120,5 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
       const { batches, steps } = gate.batches()
       return { nativeBatches, batches, batchedSteps: steps }
     }
-    return { llama, options, threads, gpuLayers: llama.gpu === false ? 0 : 1_000, step, decodeStep, contended: gate.contended, batching, counters }
+    return { llama, options, threads, gpuLayers: llama.gpu === false ? 0 : 1_000, step, stoppableStep, decodeStep, contended: gate.contended, batching, counters }
   })
