@@ -160,7 +160,7 @@ interface CallFrame {
   readonly columnNumber: number
 }
 interface Profile {
-  readonly nodes: ReadonlyArray<{ readonly id: number; readonly callFrame: CallFrame }>
+  readonly nodes: ReadonlyArray<{ readonly id: number; readonly callFrame: CallFrame; readonly children?: ReadonlyArray<number> }>
   readonly samples: ReadonlyArray<number>
   readonly timeDeltas: ReadonlyArray<number>
 }
@@ -205,16 +205,18 @@ const moduleOf = (frame: CallFrame): { readonly module: string; readonly at: str
 
 interface ProfileSummary {
   /**
-   * CPU ms per token of the profiled thread, from /proc over the profiled generation. The sampled
-   * self times below are scaled to it (on a loaded machine a sampled thread is often runnable but
-   * not running, so raw sample times overstate its CPU; their shares hold).
+   * CPU ms per token of the profiled process (or thread), measured in the rounds without the
+   * profiler. The sampled times below are shares of it: the profiler's own cost and, on a loaded
+   * machine, the time a sampled thread is runnable but not running inflate raw sample times.
    */
   readonly cpu: number
   readonly byModule: Array<{ readonly module: string; readonly msPerToken: number }>
   readonly byFunction: Array<{ readonly fn: string; readonly module: string; readonly msPerToken: number }>
+  /** The repository's own functions (src/) with everything they call, each counted once per sample. */
+  readonly ownInclusive: Array<{ readonly fn: string; readonly msPerToken: number }>
 }
 
-/** Self time per module and per function, as shares of the thread's measured CPU per token (`cpu`), idle excluded. */
+/** Self time per module and per function, as shares of the measured CPU per token (`cpu`), idle excluded. */
 const summarize = (profile: Profile, cpu: number): ProfileSummary => {
   const frames = new Map(profile.nodes.map((n) => [n.id, n.callFrame]))
   const selfUs = new Map<number, number>()
@@ -223,6 +225,15 @@ const summarize = (profile: Profile, cpu: number): ProfileSummary => {
     const id = profile.samples[i]!
     selfUs.set(id, (selfUs.get(id) ?? 0) + profile.timeDeltas[i + 1]!)
   }
+  const parents = new Map<number, number>()
+  for (const n of profile.nodes) for (const child of n.children ?? []) parents.set(child, n.id)
+  const places = new Map<number, { readonly module: string; readonly at: string }>()
+  const placeOf = (id: number) => {
+    let place = places.get(id)
+    if (place === undefined) places.set(id, place = moduleOf(frames.get(id)!))
+    return place
+  }
+  const ownInclusive = new Map<string, number>()
   const byModule = new Map<string, number>()
   const byFunction = new Map<string, { fn: string; module: string; us: number }>()
   let busy = 0
@@ -230,7 +241,16 @@ const summarize = (profile: Profile, cpu: number): ProfileSummary => {
     const frame = frames.get(id)!
     if (frame.functionName === "(idle)") continue
     busy += us
-    const { at, module } = moduleOf(frame)
+    const { at, module } = placeOf(id)
+    const seen = new Set<string>()
+    for (let up: number | undefined = id; up !== undefined; up = parents.get(up)) {
+      const place = placeOf(up)
+      if (!place.module.startsWith("src/")) continue
+      const key = `${frames.get(up)!.functionName || "(anonymous)"} ${place.module}:${place.at.split(":")[1]}`
+      if (seen.has(key)) continue
+      seen.add(key)
+      ownInclusive.set(key, (ownInclusive.get(key) ?? 0) + us)
+    }
     byModule.set(module, (byModule.get(module) ?? 0) + us)
     const key = `${frame.functionName || "(anonymous)"} ${at}`
     const f = byFunction.get(key) ?? { fn: key, module, us: 0 }
@@ -243,12 +263,21 @@ const summarize = (profile: Profile, cpu: number): ProfileSummary => {
     byModule: Array.from(byModule, ([module, us]) => ({ module, msPerToken: ms(us) })).sort((a, b) => b.msPerToken - a.msPerToken),
     byFunction: Array.from(byFunction.values(), (f) => ({ fn: f.fn, module: f.module, msPerToken: ms(f.us) }))
       .sort((a, b) => b.msPerToken - a.msPerToken)
+      .slice(0, TOP),
+    ownInclusive: Array.from(ownInclusive, ([fn, us]) => ({ fn, msPerToken: ms(us) }))
+      .sort((a, b) => b.msPerToken - a.msPerToken)
       .slice(0, TOP)
   }
 }
 
 /** Profiles one generation in the client (this process), the host and the engine child (SIGUSR2: bench/_sigprof.cjs). */
-const profiled = (served: Nativegen.Served, hostPid: number, dir: string, messages: ReturnType<typeof userPrompt>) =>
+const profiled = (
+  served: Nativegen.Served,
+  hostPid: number,
+  dir: string,
+  messages: ReturnType<typeof userPrompt>,
+  measured: { readonly client: number; readonly host: number; readonly childMain: number }
+) =>
   Effect.gen(function*() {
     const session = new Inspector.Session()
     session.connect()
@@ -262,12 +291,9 @@ const profiled = (served: Nativegen.Served, hostPid: number, dir: string, messag
     }
     toggle()
     yield* post("Profiler.start")
-    const before = snapshot(hostPid, served.enginePid)
     const g = yield* streamed(served.provider, messages)
-    const after = snapshot(hostPid, served.enginePid)
     const { profile } = (yield* post("Profiler.stop")) as { profile: Profile }
     toggle()
-    const cpu = perToken(before, after, served.enginePid, g.tokens)
     session.disconnect()
     const read = (pid: number) =>
       Effect.suspend(() => {
@@ -278,9 +304,9 @@ const profiled = (served: Nativegen.Served, hostPid: number, dir: string, messag
     const child = yield* read(served.enginePid)
     return {
       tokens: g.tokens,
-      client: summarize(profile, cpu.client),
-      host: summarize(host, cpu.host),
-      childMain: summarize(child, cpu.childMain)
+      client: summarize(profile, measured.client),
+      host: summarize(host, measured.host),
+      childMain: summarize(child, measured.childMain)
     }
   })
 
@@ -324,7 +350,8 @@ const atThreads = (threads: number) =>
       console.log(`  round ${r + 1}${plainFirst ? " (in-process first)" : ""}: ${g.tokens} tokens in ${g.messages} client reads, ` +
         `${fmt(g.msPerToken)} ms/token vs in-process ${fmt(plain.msPerToken)} (ratio ${fmt(row.ratio)}); load ${row.load}`)
     }
-    const profile = PROFILE ? yield* profiled(served, hostPid, dir, userPrompt(`tokencost/${threads}/profile`, 30)) : undefined
+    const measured = { client: mean(rounds.map((r) => r.client)), host: mean(rounds.map((r) => r.host)), childMain: mean(rounds.map((r) => r.childMain)) }
+    const profile = PROFILE ? yield* profiled(served, hostPid, dir, userPrompt(`tokencost/${threads}/profile`, 30), measured) : undefined
     return { threads, rounds, profile }
   }))
 
@@ -350,9 +377,11 @@ const table = (result: Effect.Effect.Success<ReturnType<typeof atThreads>>) => {
   if (result.profile !== undefined) {
     for (const process of ["client", "host", "childMain"] as const) {
       const p = result.profile[process]
-      lines.push(`\n### profile: ${process}, ${fmt(p.cpu)} CPU ms/token while profiled (${result.profile.tokens} tokens); self time, ms/token`)
+      lines.push(`\n### profile: ${process}, ${fmt(p.cpu)} CPU ms/token measured (${result.profile.tokens} tokens); self time, ms/token`)
       lines.push(`by module: ${p.byModule.slice(0, 10).map((m) => `${m.module} ${fmt(m.msPerToken)}`).join(", ")}`)
       for (const f of p.byFunction) lines.push(`  ${fmt(f.msPerToken)}  ${f.fn}  [${f.module}]`)
+      lines.push(`the repository's functions, inclusive:`)
+      for (const f of p.ownInclusive) lines.push(`  ${fmt(f.msPerToken)}  ${f.fn}`)
     }
   }
   return lines.join("\n")
