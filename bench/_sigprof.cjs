@@ -33,6 +33,10 @@ process.on("SIGUSR2", () => {
   }
   running = false
   session.post("Profiler.stop", (error, result) => {
-    if (error === null) fs.writeFileSync(path.join(dir, `${process.pid}.cpuprofile`), JSON.stringify(result.profile))
+    if (error !== null) return
+    // Written under another name, then renamed: a reader never sees half a profile.
+    const file = path.join(dir, `${process.pid}.cpuprofile`)
+    fs.writeFileSync(`${file}.partial`, JSON.stringify(result.profile))
+    fs.renameSync(`${file}.partial`, file)
   })
 })

@@ -14,6 +14,7 @@
  * TOKENCOST_ROUNDS (2), TOKENCOST_THREADS ("1,2"), TOKENCOST_PROFILE ("0": no profile pass),
  * TOKENCOST_TOP (functions listed per process, 15).
  */
+import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
@@ -399,7 +400,5 @@ const program = Effect.gen(function*() {
   console.log(`\nwrote ${Path.relative(projectRoot, out)}`)
 })
 
-Effect.runPromise(program).catch((e) => {
-  console.error(e)
-  process.exit(1)
-})
+// runMain: a SIGINT or SIGTERM interrupts the run, so the server is stopped and its home removed.
+NodeRuntime.runMain(program)
