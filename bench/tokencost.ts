@@ -371,7 +371,11 @@ const table = (result: Effect.Effect.Success<ReturnType<typeof atThreads>>) => {
     ``,
     `wall ms per decode token: socket ${fmt(mean(rounds.map((r) => r.socketMsPerToken)))}, ` +
     `in-process ${fmt(mean(rounds.map((r) => r.inProcessMsPerToken)))}; ratio (in-process ÷ socket time) ${fmt(mean(rounds.map((r) => r.ratio)))}; ` +
-    `client reads per token ${fmt(mean(rounds.map((r) => r.messagesPerToken)))}`
+    `client reads per token ${fmt(mean(rounds.map((r) => r.messagesPerToken)))}`,
+    // Nearly all of the host's and the client's work is per message (one engine message is one
+    // client message), so these stay put while messages per token change with the load.
+    `CPU ms per message: host ${fmt(mean(rounds.map((r) => r.host / r.messagesPerToken)))}, ` +
+    `client ${fmt(mean(rounds.map((r) => r.client / r.messagesPerToken)))}`
   ]
   const native = mean(rounds.map((r) => r.childThreads["native threads"] ?? 0))
   lines.push(`host + child JavaScript ÷ native threads: ${fmt((mean(rounds.map((r) => r.host)) + mean(rounds.map((r) => r.childMain))) / native)}`)
@@ -396,7 +400,7 @@ const program = Effect.gen(function*() {
     console.log(table(result))
   }
   const out = Path.join(import.meta.dirname, "results", "tokencost.json")
-  Fs.writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), tokens: TOKENS, model: "qwen-bench", cpus: Os.cpus().length, results }, null, 2))
+  Fs.writeFileSync(out, JSON.stringify({ date: new Date().toISOString(), loadavg: loadavg(), tokens: TOKENS, model: "qwen-bench", cpus: Os.cpus().length, results }, null, 2))
   console.log(`\nwrote ${Path.relative(projectRoot, out)}`)
 })
 
