@@ -18,18 +18,27 @@ const model = await llama.loadModel({ modelPath: modelPath!, gpuLayers: backend 
 const prompt = typeof given === "string" ? model.tokenize(given, true) : given
 const context = await model.createContext({ contextSize: 2048, threads, batchSize: 512 })
 const sequence = context.getSequence()
-const rounds: Array<{ tokens: number; ms: number; firstTokenMs: number }> = []
+/** Per round: decode tokens after the first, their wall ms and this process's CPU ms (JavaScript and native threads). */
+const rounds: Array<{ tokens: number; ms: number; firstTokenMs: number; cpuMs: number }> = []
+const cpuMs = () => {
+  const u = process.cpuUsage()
+  return (u.user + u.system) / 1000
+}
 for (let r = 0; r < Number(roundsArg); r++) {
   await sequence.clearHistory()
   const start = performance.now()
   let first = 0
+  let firstCpu = 0
   let n = 0
   for await (const _ of sequence.evaluate(prompt, { temperature: 0 })) {
-    if (n === 0) first = performance.now()
+    if (n === 0) {
+      first = performance.now()
+      firstCpu = cpuMs()
+    }
     if (++n >= tokens) break
   }
   const end = performance.now()
-  rounds.push({ tokens: n - 1, ms: end - first, firstTokenMs: first - start })
+  rounds.push({ tokens: n - 1, ms: end - first, firstTokenMs: first - start, cpuMs: cpuMs() - firstCpu })
 }
 console.log(JSON.stringify(rounds))
 await context.dispose()

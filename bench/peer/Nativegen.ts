@@ -79,14 +79,17 @@ export const serverEnvironment = (home: Home, settings: Settings, port: number):
 /** llama-server's default number of parallel slots (`--parallel`, auto: 4). */
 export const LLAMA_SERVER_DEFAULT_SLOTS = 4
 
-/** `nativegen serve` over a fresh home holding the model, with a connected client, for the scope. */
-export const serve = (settings: Settings): Effect.Effect<Served, never, Scope.Scope> =>
+/**
+ * `nativegen serve` over a fresh home holding the model, with a connected client, for the scope;
+ * `extraEnv` adds to the server's environment (a measurement's profiler, bench/tokencost.ts).
+ */
+export const serve = (settings: Settings, extraEnv: Record<string, string> = {}): Effect.Effect<Served, never, Scope.Scope> =>
   Effect.gen(function*() {
     const home = yield* makeHome
     yield* prepareStore(home, settings)
     const port = yield* freePort
     // A loaded machine can take minutes to start the engine child through tsx and warm it.
-    const server = yield* startServer(home, serverEnvironment(home, settings, port), "10 minutes")
+    const server = yield* startServer(home, { ...serverEnvironment(home, settings, port), ...extraEnv }, "10 minutes")
     const context = yield* Layer.build(Client.layer({ socketPath: server.socket })).pipe(Effect.orDie)
     return { home, socket: server.socket, httpUrl: `http://127.0.0.1:${port}`, enginePid: server.enginePid, provider: Context.get(context, Provider) }
   })

@@ -24,7 +24,21 @@ export const PROTOCOL_VERSION = 1
  * at most this many steps (plus the one in flight) after the host's last received token; the
  * tokens produced meanwhile are kept and replayed on resume, never lost.
  */
-export const DECODE_RUN_AHEAD = 4
+export const DECODE_RUN_AHEAD = 8
+
+/**
+ * Decoded tokens leave the child in messages of up to this many while the host keeps up (more
+ * when it is behind): below DECODE_RUN_AHEAD + 1, so decoding goes on while a message is
+ * acknowledged. Every message costs each process on its way about the same CPU, whatever it carries.
+ */
+export const DECODE_MESSAGE_TOKENS = 4
+
+/**
+ * The longest a decoded token waits in the child for others to share its message: a token leaves
+ * at once when no message left in the last this many milliseconds (the first token, a slow model),
+ * and no later than this after the last message otherwise. The generation's end leaves at once.
+ */
+export const DECODE_MESSAGE_INTERVAL_MS = 30
 
 export { ChatMessage, ChatRole, DecisionHead, Lane, Role, Sampling, ToolDefinition } from "../domain/Inference.js"
 export {

@@ -1,8 +1,10 @@
 /**
  * How a generation's decode steps leave the engine (each chunk of the Advance stream is one
  * message to the host): a reader that falls behind gets every token ready in one chunk, a reader
- * that keeps up gets each token as soon as it is decoded, and whatever the chunking, indices are
- * exact and a pause in the middle of a chunk replays exactly the tokens the reader did not take.
+ * that keeps up gets the first token alone as soon as it is decoded and the next ones in chunks of
+ * several (DECODE_MESSAGE_TOKENS, or what a DECODE_MESSAGE_INTERVAL_MS brought), and whatever the
+ * chunking, indices are exact and a pause in the middle of a chunk replays exactly the tokens the
+ * reader did not take.
  * In process, as Engine.make composes the engine, on the tiny model (1 thread, a small context).
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -13,7 +15,7 @@ import * as Option from "effect/Option"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../../fixtures/models.js"
-import type { AdvanceEvent } from "../../src/native/Protocol.js"
+import { type AdvanceEvent, DECODE_MESSAGE_TOKENS } from "../../src/native/Protocol.js"
 import * as Generation from "../../src/native/engine/Generation.js"
 import * as Llama from "../../src/native/engine/Llama.js"
 import * as Residents from "../../src/native/engine/Residents.js"
@@ -115,6 +117,22 @@ describe("advance chunks", () => {
       const pull = yield* Stream.toPull(generations.advance("fast", 0))
       const chunks = yield* pullUntilToken(pull)
       assert.deepStrictEqual(tokensIn(chunks.at(-1)!).map((e) => e.index), [0])
+    }))
+
+  it.scoped("a reader that keeps up gets the tokens after the first in chunks of several, the end at once", () =>
+    Effect.gen(function*() {
+      const { generations, prompt } = yield* build
+      const cold = yield* coldTokens(generations, prompt)
+      yield* begin(generations, "steady", prompt)
+      const pull = yield* Stream.toPull(generations.advance("steady", 0))
+      const first = yield* pullUntilToken(pull)
+      const rest = yield* pullRest(pull)
+      const sizes = rest.map((chunk) => tokensIn(chunk).length).filter((n) => n > 0)
+      // The tiny model decodes a token in far less than the interval: chunks fill to the size.
+      assert.isAtMost(sizes.length, Math.ceil((cold.length - 1) / DECODE_MESSAGE_TOKENS) + 1, `token chunk sizes ${JSON.stringify(sizes)}`)
+      const tokens = tokensIn([...first, ...rest].flat())
+      assert.deepStrictEqual(tokens.map((e) => e.token), cold)
+      assert.strictEqual(rest.flat().at(-1)?._tag, "Finished")
     }))
 
   it.scoped("a pause in the middle of a chunk replays exactly the tokens not taken, then goes on", () =>

@@ -27,7 +27,16 @@ import {
   UnknownGeneration
 } from "../../domain/EngineError.js"
 import type { Failpoints } from "../Failpoints.js"
-import { type AdvanceEvent, type BeginRequest, DECODE_RUN_AHEAD, type EngineStopReason, type Lane, type Sampling } from "../Protocol.js"
+import {
+  type AdvanceEvent,
+  type BeginRequest,
+  DECODE_MESSAGE_INTERVAL_MS,
+  DECODE_MESSAGE_TOKENS,
+  DECODE_RUN_AHEAD,
+  type EngineStopReason,
+  type Lane,
+  type Sampling
+} from "../Protocol.js"
 import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import { afterDecodedToken, type FaultHooks } from "./Faults.js"
 import * as Grammars from "./Grammars.js"
@@ -409,29 +418,73 @@ export const make = (
           // Decode runs ahead of the host's acknowledgements, so the socket round trip overlaps the
           // next steps instead of adding to them: each step holds one of DECODE_RUN_AHEAD + 1
           // permits until the host acknowledged the message that carried it (the RPC server pulls
-          // again only after the ack). A pull takes every step ready: when the host is behind,
-          // they leave in one message; when it keeps up, each token leaves as soon as it is decoded.
+          // again only after the ack). Tokens leave in messages of several (each message costs
+          // every process on the way the same CPU whatever it carries): a message leaves at once
+          // when none left in the last DECODE_MESSAGE_INTERVAL_MS (the first token, a slow model),
+          // else when DECODE_MESSAGE_TOKENS are ready, the generation ended or that interval has
+          // passed. A host that is behind takes every step ready in one message.
           const decode = Stream.unwrapScoped(Effect.gen(function*() {
             const ready = yield* Mailbox.make<AdvanceEvent, EngineError>()
             const permits = yield* Effect.makeSemaphore(DECODE_RUN_AHEAD + 1)
-            const emit = (event: AdvanceEvent) => Effect.zipRight(permits.take(1), ready.offer(event))
+            /** Steps decoded and not yet taken for a message. */
+            let unsent = 0
+            /** Set while a pull waits to fill its message; completed when the message should leave. */
+            let filled: Deferred.Deferred<void> | undefined
+            const leave = () => {
+              if (filled === undefined) return
+              Deferred.unsafeDone(filled, Exit.void)
+              filled = undefined
+            }
+            const offer = (event: AdvanceEvent) =>
+              Effect.sync(() => {
+                ready.unsafeOffer(event)
+                if (++unsent >= DECODE_MESSAGE_TOKENS || event._tag === "Finished") leave()
+              })
             const next: Effect.Effect<void, EngineError> = Effect.suspend(() => {
               if (g.prefillOnly) g.finished ??= "maxTokens"
-              if (g.finished !== undefined) return emit({ _tag: "Finished", reason: g.finished, generated: g.tokens.length })
+              if (g.finished !== undefined) {
+                return Effect.zipRight(permits.take(1), offer({ _tag: "Finished", reason: g.finished, generated: g.tokens.length }))
+              }
               return Effect.zipRight(
                 permits.take(1),
-                Effect.flatMap(advanceOnce(g), (event) =>
-                  event._tag === "Finished" ? ready.offer(event) : Effect.zipRight(ready.offer(event), next))
+                Effect.flatMap(advanceOnce(g), (event) => event._tag === "Finished" ? offer(event) : Effect.zipRight(offer(event), next))
               )
             })
-            yield* next.pipe(Mailbox.into(ready), Effect.forkScoped)
+            // A failure ends the mailbox: the waiting message leaves with what it has, the failure after it.
+            yield* next.pipe(Mailbox.into(ready), Effect.ensuring(Effect.sync(leave)), Effect.forkScoped)
             /** Steps handed to the host in the last pull: acknowledged by the time of the next. */
             let unacknowledged = 0
+            /** When the last message left (ms, monotonic). */
+            let lastSent = Number.NEGATIVE_INFINITY
+            /** Waits until the message should leave: enough steps, the end, or the interval since the last. */
+            const fill = (events: Chunk.Chunk<AdvanceEvent>, done: boolean): Effect.Effect<void> => {
+              const wait = lastSent + DECODE_MESSAGE_INTERVAL_MS - performance.now()
+              if (done || wait <= 0 || unsent >= DECODE_MESSAGE_TOKENS || Chunk.unsafeLast(events)._tag === "Finished") {
+                return Effect.void
+              }
+              const signal = Deferred.unsafeMake<void>(FiberId.none)
+              filled = signal
+              return Effect.ensuring(
+                Effect.raceFirst(Deferred.await(signal), Effect.sleep(wait)),
+                Effect.sync(() => {
+                  if (filled === signal) filled = undefined
+                })
+              )
+            }
+            const take = Effect.flatMap(ready.takeAll, ([first, firstDone]) =>
+              Effect.flatMap(fill(first, firstDone), (): Effect.Effect<readonly [Chunk.Chunk<AdvanceEvent>, boolean], EngineError> =>
+                // Only when steps are waiting, so it never fails here: a mailbox that failed holds its
+                // steps before its failure, which the next pull gets.
+                Option.getOrElse(ready.unsafeSize(), () => 0) > 0
+                  ? Effect.map(ready.takeAll, ([more, done]) => [Chunk.appendAll(first, more), done] as const)
+                  : Effect.succeed([first, firstDone] as const)))
             return Stream.repeatEffectChunkOption(
               Effect.zipRight(
                 Effect.suspend(() => permits.release(unacknowledged)),
-                Effect.flatMap(Effect.mapError(ready.takeAll, Option.some), ([events, done]) => {
+                Effect.flatMap(Effect.mapError(take, Option.some), ([events, done]) => {
                   unacknowledged = Chunk.size(events)
+                  unsent -= Chunk.size(events)
+                  lastSent = performance.now()
                   return Chunk.isEmpty(events) && done ? Effect.fail(Option.none()) : Effect.succeed(events)
                 })
               )
