@@ -1,0 +1,99 @@
+/**
+ * Where runners meet: the runner storage @effect/cluster keeps its runners, their health and the
+ * shard locks in. SQLite through libsql for one host (a file all runners open; nothing to install:
+ * libsql's native library comes as a per-platform npm package), PostgreSQL for several machines.
+ *
+ * libsql sets no busy timeout and opens a fresh connection for every transaction, so a write that
+ * meets another runner's write fails at once with SQLITE_BUSY: every runner-storage call is retried
+ * a few times with jittered backoff (also on PostgreSQL, where it costs nothing when nothing fails).
+ */
+import * as RunnerStorage from "@effect/cluster/RunnerStorage"
+import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
+import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+
+/** The storage a runner uses: a SQLite file (one host) or a PostgreSQL URL (several machines). */
+export type StorageSpec =
+  | { readonly _tag: "Sqlite"; readonly file: string }
+  | { readonly _tag: "Postgres"; readonly url: Redacted.Redacted<string> }
+
+export class InvalidStorage extends Data.TaggedError("InvalidStorage")<{ readonly text: string; readonly reason: string }> {
+  override get message() {
+    return `cluster storage ${this.text}: ${this.reason}`
+  }
+}
+
+/** Reads `--cluster-storage`: `postgres://...` / `postgresql://...`, `file:/path`, or a plain file path. */
+export const parseStorage = (text: string): StorageSpec | InvalidStorage => {
+  if (/^postgres(ql)?:\/\//.test(text)) return { _tag: "Postgres", url: Redacted.make(text) }
+  const file = text.startsWith("file:") ? text.slice("file:".length) : text
+  if (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) {
+    return new InvalidStorage({ text, reason: "give a SQLite file path or a postgres:// URL" })
+  }
+  if (file === "" || file.endsWith("/")) return new InvalidStorage({ text, reason: "no file name" })
+  return { _tag: "Sqlite", file: Path.resolve(file) }
+}
+
+/** How the storage is shown in logs (a PostgreSQL URL without its password). */
+export const describeStorage = (spec: StorageSpec): string => {
+  if (spec._tag === "Sqlite") return `sqlite ${spec.file}`
+  const url = new URL(Redacted.value(spec.url))
+  if (url.password !== "") url.password = "***"
+  return `postgres ${url.toString()}`
+}
+
+const retryBusy = Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(6)))
+
+/** Each call retried on a persistence failure (a concurrent writer), then failing as before. */
+const retrying = (storage: RunnerStorage.RunnerStorage["Type"]): RunnerStorage.RunnerStorage["Type"] => {
+  const retry = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.retry(effect, retryBusy)
+  return RunnerStorage.RunnerStorage.of({
+    register: (runner, healthy) => retry(storage.register(runner, healthy)),
+    unregister: (address) => retry(storage.unregister(address)),
+    getRunners: retry(storage.getRunners),
+    setRunnerHealth: (address, healthy) => retry(storage.setRunnerHealth(address, healthy)),
+    acquire: (address, shardIds) => retry(storage.acquire(address, shardIds)),
+    refresh: (address, shardIds) => retry(storage.refresh(address, shardIds)),
+    release: (address, shardId) => retry(storage.release(address, shardId)),
+    releaseAll: (address) => retry(storage.releaseAll(address))
+  })
+}
+
+/** The SQL client of a storage spec. SQLite files are switched to WAL (readers never wait for a writer). */
+export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClient, SqlError> =>
+  spec._tag === "Postgres"
+    ? Layer.unwrapEffect(Effect.promise(() => import("@effect/sql-pg/PgClient")).pipe(
+      Effect.map((PgClient) => PgClient.layer({ url: spec.url, applicationName: "nativegen-runner" }))
+    ))
+    : Layer.unwrapEffect(Effect.promise(() => import("@effect/sql-libsql/LibsqlClient")).pipe(
+      Effect.map((LibsqlClient) => {
+        Fs.mkdirSync(Path.dirname(spec.file), { recursive: true })
+        const wal = Layer.effectDiscard(Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          Effect.retry(sql`PRAGMA journal_mode = WAL`, retryBusy)
+        ))
+        return Layer.provideMerge(wal, LibsqlClient.layer({ url: `file:${spec.file}` }))
+      })
+    ))
+
+/** The table prefix of the runner storage. */
+export const tablePrefix = "nativegen_cluster"
+
+/**
+ * The runner storage over `spec`, with its SQL client; its tables are created when missing
+ * (retried while another runner creates them).
+ */
+export const layer = (
+  spec: StorageSpec
+): Layer.Layer<RunnerStorage.RunnerStorage | SqlClient.SqlClient, SqlError, ShardingConfig.ShardingConfig> =>
+  Layer.scoped(
+    RunnerStorage.RunnerStorage,
+    Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryBusy), retrying)
+  ).pipe(Layer.provideMerge(layerSqlClient(spec)))
