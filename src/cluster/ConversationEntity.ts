@@ -16,6 +16,7 @@ import * as Stream from "effect/Stream"
 import { GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
+import { Placement } from "./Placement.js"
 
 /** One chunk of a turn with its place in the turn. */
 export const TurnChunk = Schema.Struct({
@@ -57,8 +58,13 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
   Conversation.toLayer(
     Effect.gen(function*() {
       const provider = yield* Provider
+      const placement = yield* Placement
       return {
-        Turn: ({ payload }) => provider.generate(payload.request).pipe(stamp(payload.turn))
+        Turn: ({ address, payload }) =>
+          Stream.unwrap(Effect.as(
+            placement.record(address.entityId),
+            provider.generate(payload.request).pipe(stamp(payload.turn))
+          ))
       }
     }),
     { maxIdleTime: options.maxIdleTime ?? "10 minutes", concurrency: 1 }

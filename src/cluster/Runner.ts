@@ -11,11 +11,13 @@
 import * as MessageStorage from "@effect/cluster/MessageStorage"
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import * as Runners from "@effect/cluster/Runners"
+import type { RunnerStorage } from "@effect/cluster/RunnerStorage"
 import type { Sharding } from "@effect/cluster/Sharding"
 import * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import * as SocketRunner from "@effect/cluster/SocketRunner"
 import type * as SocketServer from "@effect/platform/SocketServer"
 import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import type { SqlClient } from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -24,6 +26,7 @@ import * as Option from "effect/Option"
 import { Provider } from "../services/Provider.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Health from "./Health.js"
+import * as Placement from "./Placement.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as Storage from "./Storage.js"
 import * as Transport from "./Transport.js"
@@ -40,10 +43,10 @@ export interface RunnerSettings {
   readonly shards: number
 }
 
-/** Sharding of this runner with its transport, storage and health check. */
+/** Sharding of this runner with its transport, storage (and its SQL client) and health check. */
 export const layerSharding = (
   settings: RunnerSettings
-): Layer.Layer<Sharding | Runners.Runners, SqlError | SocketServer.SocketServerError> => {
+): Layer.Layer<Sharding | Runners.Runners | RunnerStorage | SqlClient, SqlError | SocketServer.SocketServerError> => {
   const timing = Health.timing(settings.detection)
   const base = Layer.mergeAll(
     ShardingConfig.layer({
@@ -60,11 +63,8 @@ export const layerSharding = (
   ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack))
   const health = Health.layer(timing.pingTimeout).pipe(Layer.provide(Runners.layerRpc))
   return SocketRunner.layer.pipe(
-    Layer.provide(Layer.mergeAll(
-      Transport.layerSocketServer(settings.listen ?? settings.address),
-      health,
-      Storage.layer(settings.storage)
-    )),
+    Layer.provide(Layer.merge(Transport.layerSocketServer(settings.listen ?? settings.address), health)),
+    Layer.provideMerge(Storage.layer(settings.storage)),
     Layer.provide(base)
   )
 }
@@ -88,6 +88,7 @@ export const layer = (
   settings: RunnerSettings
 ): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider> =>
   Layer.merge(RoutingProvider.layer, ConversationEntity.layer()).pipe(
+    Layer.provide(Placement.layer(settings.address)),
     Layer.provideMerge(layerSharding(settings)),
     Layer.tap(() =>
       Effect.logInfo(

@@ -6,7 +6,8 @@
  * conversations owned by each runner. Each turn is sent through a runner that does not own it,
  * lands on the owner (its readiness counts the generation), a follow-up turn reuses the owner's
  * KV (`continuation`), and the tokens equal those of the same turns served by one runtime alone
- * (a twin conversation owned by the entry runner itself: no hop).
+ * (a twin conversation owned by the entry runner itself: no hop). `nativegen cluster status`
+ * then shows the three runners, the shards each holds and where each conversation was served.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as Chunk from "effect/Chunk"
@@ -24,7 +25,7 @@ import * as Storage from "../../src/cluster/Storage.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
-import { makeHome, smallServerEnv, startServer } from "../cli/support.js"
+import { makeHome, run, smallServerEnv, startServer } from "../cli/support.js"
 
 const SHARDS = 12
 
@@ -121,7 +122,7 @@ const generationsOf = (member: Member) => Effect.map(member.provider.readiness, 
 
 describe("a cluster of three runners", () => {
   layer(Layer.provideMerge(viewLayer, clusterLayer), { timeout: 300_000, excludeTestServices: true })("on Unix sockets", (it) => {
-    it.effect("conversations land on their shards' runners through any entry; follow-ups continue; tokens equal one runtime's", () =>
+    it.effect("conversations land on their shards' runners through any entry; follow-ups continue; tokens equal one runtime's; cluster status shows it", () =>
       Effect.gen(function*() {
         const { members } = yield* TestCluster
         const [r1, r2, r3] = members as [Member, Member, Member]
@@ -153,6 +154,32 @@ describe("a cluster of three runners", () => {
           assert.deepStrictEqual(tokensOf(remote.one), tokensOf(alone.one))
           assert.deepStrictEqual(tokensOf(remote.two), tokensOf(alone.two))
           assert.strictEqual(doneOf(remote.two).usage.reusedTokens, doneOf(alone.two).usage.reusedTokens)
+        }
+
+        // `nativegen cluster status` shows the runners, their shards and where each conversation was served.
+        const { storage } = yield* TestCluster
+        const result = yield* run([
+          "cluster",
+          "status",
+          "--cluster-storage",
+          storage._tag === "Sqlite" ? storage.file : assert.fail("sqlite"),
+          "--cluster-shards",
+          String(SHARDS),
+          "--json"
+        ])
+        assert.strictEqual(result.code, 0, result.stderr)
+        const shown = JSON.parse(result.stdout) as {
+          runners: Array<{ address: string; healthy: boolean; shards: Array<number> }>
+          conversations: Array<{ conversation: string; lastTurnOn: string; holder: string }>
+        }
+        const pathOf = (m: Member) => m.stored.slice(0, -":0".length)
+        assert.deepStrictEqual(shown.runners.map((r) => r.address).sort(), members.map(pathOf).sort())
+        assert.isTrue(shown.runners.every((r) => r.healthy))
+        assert.strictEqual(shown.runners.reduce((n, r) => n + r.shards.length, 0), SHARDS)
+        const placed = new Map(shown.conversations.map((c) => [c.conversation, c]))
+        for (const [member, id] of [[r2, ids(r2)[0]!], [r3, ids(r3)[0]!], [r1, ids(r1)[0]!], [r1, ids(r1)[1]!]] as const) {
+          assert.strictEqual(placed.get(id)?.lastTurnOn, pathOf(member), id)
+          assert.strictEqual(placed.get(id)?.holder, pathOf(member), id)
         }
       }))
   })
