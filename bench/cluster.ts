@@ -42,6 +42,7 @@ const runner = (dir: string, name: string, address: string, storage: string) =>
     const home = Path.join(dir, name)
     Fs.mkdirSync(Path.join(home, "run"), { recursive: true, mode: 0o700 })
     let output = ""
+    let exited = false
     const child = yield* Effect.acquireRelease(
       Effect.sync(() => {
         const env: NodeJS.ProcessEnv = {}
@@ -65,6 +66,7 @@ const runner = (dir: string, name: string, address: string, storage: string) =>
         })
         child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s))
         child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s))
+        child.once("close", () => (exited = true))
         return child
       }),
       (child) =>
@@ -79,7 +81,9 @@ const runner = (dir: string, name: string, address: string, storage: string) =>
           )
         })
     )
-    yield* Effect.suspend(() => /ready \(engine 1/.test(output) ? Effect.void : Effect.fail("not ready")).pipe(
+    yield* Effect.suspend(() =>
+      /ready \(engine 1/.test(output) ? Effect.void : exited ? Effect.die(new Error(`runner ${name} exited:\n${output}`)) : Effect.fail("not ready")
+    ).pipe(
       Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("240 seconds"))),
       Effect.orDieWith(() => new Error(`runner ${name} (pid ${child.pid}) not ready:\n${output}`))
     )

@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { tablePrefix } from "./Storage.js"
+import { retryStart, tablePrefix } from "./Storage.js"
 
 export const table = `${tablePrefix}_conversations`
 
@@ -27,7 +27,7 @@ export const createTable: Effect.Effect<void, SqlError, SqlClient.SqlClient> = E
     conversation TEXT PRIMARY KEY,
     address TEXT NOT NULL,
     updated_at TEXT NOT NULL
-  )`.pipe(Effect.retry(Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(6)))))
+  )`.pipe(Effect.retry(retryStart))
 ).pipe(Effect.asVoid)
 
 /** The address as the runner storage writes it (`HOST:PORT`, `PATH:0`). */

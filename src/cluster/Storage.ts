@@ -52,6 +52,16 @@ export const describeStorage = (spec: StorageSpec): string => {
 
 const retryBusy = Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(6)))
 
+/**
+ * At start, runners starting together all create the tables and switch the file to WAL; on a
+ * loaded machine one may hold the write lock for a while: keep trying for up to 15 s.
+ */
+export const retryStart = Schedule.exponential("20 millis").pipe(
+  Schedule.jittered,
+  Schedule.union(Schedule.spaced("500 millis")),
+  Schedule.upTo("15 seconds")
+)
+
 /** Each call retried on a persistence failure (a concurrent writer), then failing as before. */
 const retrying = (storage: RunnerStorage.RunnerStorage["Type"]): RunnerStorage.RunnerStorage["Type"] => {
   const retry = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.retry(effect, retryBusy)
@@ -77,7 +87,7 @@ export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClie
       Effect.map((LibsqlClient) => {
         Fs.mkdirSync(Path.dirname(spec.file), { recursive: true })
         const wal = Layer.effectDiscard(Effect.flatMap(SqlClient.SqlClient, (sql) =>
-          Effect.retry(sql`PRAGMA journal_mode = WAL`, retryBusy)
+          Effect.retry(sql`PRAGMA journal_mode = WAL`, retryStart)
         ))
         return Layer.provideMerge(wal, LibsqlClient.layer({ url: `file:${spec.file}` }))
       })
@@ -95,5 +105,5 @@ export const layer = (
 ): Layer.Layer<RunnerStorage.RunnerStorage | SqlClient.SqlClient, SqlError, ShardingConfig.ShardingConfig> =>
   Layer.scoped(
     RunnerStorage.RunnerStorage,
-    Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryBusy), retrying)
+    Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryStart), retrying)
   ).pipe(Layer.provideMerge(layerSqlClient(spec)))
