@@ -16,7 +16,7 @@ import * as Path from "node:path"
 import { CliUsageError } from "../cli/CliError.js"
 import { parseListen } from "../http/HttpConfig.js"
 import type { RunnerSettings } from "./Runner.js"
-import * as Storage from "./Storage.js"
+import * as Storage from "./StorageSpec.js"
 
 /** The runner storage when none is named: one SQLite file per user on the host. */
 export const defaultStorage = (): string =>

@@ -12,43 +12,14 @@ import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
 import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
-import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Redacted from "effect/Redacted"
+import type { StorageSpec } from "./StorageSpec.js"
 import * as Schedule from "effect/Schedule"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 
-/** The storage a runner uses: a SQLite file (one host) or a PostgreSQL URL (several machines). */
-export type StorageSpec =
-  | { readonly _tag: "Sqlite"; readonly file: string }
-  | { readonly _tag: "Postgres"; readonly url: Redacted.Redacted<string> }
-
-export class InvalidStorage extends Data.TaggedError("InvalidStorage")<{ readonly text: string; readonly reason: string }> {
-  override get message() {
-    return `cluster storage ${this.text}: ${this.reason}`
-  }
-}
-
-/** Reads `--cluster-storage`: `postgres://...` / `postgresql://...`, `file:/path`, or a plain file path. */
-export const parseStorage = (text: string): StorageSpec | InvalidStorage => {
-  if (/^postgres(ql)?:\/\//.test(text)) return { _tag: "Postgres", url: Redacted.make(text) }
-  const file = text.startsWith("file:") ? text.slice("file:".length) : text
-  if (/^[A-Za-z][A-Za-z0-9+.-]*:\/\//.test(text)) {
-    return new InvalidStorage({ text, reason: "give a SQLite file path or a postgres:// URL" })
-  }
-  if (file === "" || file.endsWith("/")) return new InvalidStorage({ text, reason: "no file name" })
-  return { _tag: "Sqlite", file: Path.resolve(file) }
-}
-
-/** How the storage is shown in logs (a PostgreSQL URL without its password). */
-export const describeStorage = (spec: StorageSpec): string => {
-  if (spec._tag === "Sqlite") return `sqlite ${spec.file}`
-  const url = new URL(Redacted.value(spec.url))
-  if (url.password !== "") url.password = "***"
-  return `postgres ${url.toString()}`
-}
+export { describeStorage, InvalidStorage, parseStorage, type StorageSpec } from "./StorageSpec.js"
 
 const retryBusy = Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(6)))
 
