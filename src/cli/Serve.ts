@@ -28,6 +28,7 @@ import * as Os from "node:os"
 import type { Readiness } from "../domain/Inference.js"
 import { formatListen, HttpConfig, type HttpConfigShape, isLoopback, parseListen } from "../http/HttpConfig.js"
 import * as HttpServerLayer from "../http/Server.js"
+import * as ClusterOptions from "../cluster/ServeOptions.js"
 import * as Runtime from "../layers/Runtime.js"
 import * as BackendProbe from "../native/BackendProbe.js"
 import { defaultPrefillChunk, parseThreads, type Threads } from "../native/ChildSettings.js"
@@ -137,7 +138,8 @@ export const options = {
     Options.withDescription("File holding the HTTP API key, trimmed (env NATIVEGEN_API_KEY_FILE); keeps it out of `ps` and the shell history"),
     Options.optional,
     Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_API_KEY_FILE")))
-  )
+  ),
+  ...ClusterOptions.options
 }
 
 export interface StoreSettings {
@@ -146,7 +148,7 @@ export interface StoreSettings {
   readonly trustKeys: ReadonlyArray<string>
 }
 
-export interface ServeSettings extends StoreSettings {
+export interface ServeSettings extends StoreSettings, Partial<ClusterOptions.ClusterFlags> {
   readonly socket: string
   readonly threads: Threads
   readonly backend: typeof backends[number]
@@ -271,6 +273,20 @@ const httpLayer = (config: HttpConfigShape) =>
     )
   )
 
+/** With `--cluster`, the cluster runner over the runtime (imported only then); otherwise nothing. */
+const clusterLayer = (settings: ServeSettings) =>
+  Effect.gen(function*() {
+    const runner = yield* ClusterOptions.settingsOf({
+      cluster: settings.cluster ?? Option.none(),
+      clusterStorage: settings.clusterStorage ?? Option.none(),
+      clusterDetection: settings.clusterDetection ?? Option.none(),
+      clusterShards: settings.clusterShards ?? Option.none()
+    })
+    if (runner === undefined) return Layer.empty
+    const Runner = yield* Effect.promise(() => import("../cluster/Runner.js"))
+    return Runner.layer(runner)
+  })
+
 const changeKey = (r: Readiness) => `${r.state}|${r.reason ?? ""}|${r.engine.incarnation}|${r.engine.pid ?? ""}`
 
 /** Runs the server until interrupted (SIGINT/SIGTERM through NodeRuntime.runMain). */
@@ -290,7 +306,10 @@ export const serve = (settings: ServeSettings) =>
     )
     const serverOptions = yield* Server.config
     const http = yield* httpConfig(settings)
+    const cluster = yield* clusterLayer(settings)
     const live = Layer.merge(Server.layer({ ...serverOptions, socketPath }), http === undefined ? Layer.empty : httpLayer(http)).pipe(
+      // With --cluster, the servers get the cluster's routing Provider over the runtime's.
+      Layer.provideMerge(cluster),
       // One runtime (one Provider) under both servers.
       Layer.provideMerge(Runtime.layer(options))
     )

@@ -32,7 +32,8 @@ const subcommands = {
   ls: () => import("./StoreCommands.js").then((m) => m.listCommand("ls")),
   rm: () => import("./StoreCommands.js").then((m) => m.rmCommand("rm")),
   keys: () => import("./Keys.js").then((m) => m.command),
-  engine: () => import("./Engine.js").then((m) => m.command)
+  engine: () => import("./Engine.js").then((m) => m.command),
+  cluster: () => import("../cluster/Command.js").then((m) => m.command)
 }
 
 export type SubcommandName = keyof typeof subcommands

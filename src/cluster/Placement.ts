@@ -1,0 +1,66 @@
+/**
+ * Where conversations were last served: each runner records, when a turn of a conversation
+ * starts on it, the conversation and its own address in the runner storage
+ * (`nativegen_cluster_conversations`), for `nativegen cluster status`. The write runs beside the
+ * turn (the turn never waits for it), once per turn, and a failed write is logged, not raised.
+ */
+import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as FiberSet from "effect/FiberSet"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import { retryStart, tablePrefix } from "./Storage.js"
+
+export const table = `${tablePrefix}_conversations`
+
+export class Placement extends Context.Tag("nativegen/cluster/Placement")<Placement, {
+  /** Records that a turn of `conversation` runs on this runner (in the background). */
+  readonly record: (conversation: string) => Effect.Effect<void>
+}>() {}
+
+/** Creates the table when missing (retried while another runner creates it). */
+export const createTable: Effect.Effect<void, SqlError, SqlClient.SqlClient> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+    conversation TEXT PRIMARY KEY,
+    address TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+  )`.pipe(Effect.retry(retryStart))
+).pipe(Effect.asVoid)
+
+/** The address as the runner storage writes it (`HOST:PORT`, `PATH:0`). */
+export const storedAddress = (address: RunnerAddress) => `${address.host}:${address.port}`
+
+export const make = (address: RunnerAddress) =>
+  Effect.gen(function*() {
+    const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+    yield* createTable
+    const writes = yield* FiberSet.make()
+    const at = storedAddress(address)
+    const write = (conversation: string) =>
+      sql`INSERT INTO ${sql(table)} (conversation, address, updated_at) VALUES (${conversation}, ${at}, ${new Date().toISOString()})
+        ON CONFLICT (conversation) DO UPDATE SET address = excluded.address, updated_at = excluded.updated_at`.pipe(
+        Effect.retry(Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(4)))),
+        Effect.catchAllCause((cause) =>
+          Effect.logWarning("cluster: the conversation's placement was not recorded", cause).pipe(
+            Effect.annotateLogs({ service: "Placement", conversation })
+          )
+        )
+      )
+    return Placement.of({ record: (conversation) => FiberSet.run(writes, write(conversation)).pipe(Effect.asVoid) })
+  })
+
+export const layer = (address: RunnerAddress): Layer.Layer<Placement, SqlError, SqlClient.SqlClient> =>
+  Layer.scoped(Placement, make(address))
+
+/** Placements as recorded, most recent first. */
+export const list = Effect.gen(function*() {
+  const sql = (yield* SqlClient.SqlClient).withoutTransforms()
+  return yield* sql<{ conversation: string; address: string; updated_at: string }>`
+    SELECT conversation, address, updated_at FROM ${sql(table)} ORDER BY updated_at DESC`.pipe(
+    // No table yet: no turn was served.
+    Effect.orElseSucceed(() => [])
+  )
+})

@@ -1,0 +1,104 @@
+/**
+ * The Provider the public servers get on a runner: the local Provider, except that a generation
+ * of a conversation (its `conversation`, else its checkpoint's) runs as a turn of that
+ * conversation's entity, on whichever runner holds it (this one included). Clients see the same
+ * Provider as on a single server.
+ *
+ * Exactly once: each turn gets an id, and its chunks must arrive as one unbroken stream (index
+ * 0, 1, 2, ... with `seq` counting the tokens before each). @effect/cluster re-sends a volatile
+ * request whose runner became unavailable to the shard's next owner, which would silently run the
+ * turn again from its start; such a restart shows as a chunk out of order, and the turn then fails
+ * with `GenerationFailed` (the tokens already delivered, and why) instead: nothing is delivered
+ * twice, nothing re-run silently. A runner lost before the first chunk leaves nothing delivered:
+ * the re-sent turn is served once, whole.
+ */
+import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
+import type * as Sharding from "@effect/cluster/Sharding"
+import * as Chunk from "effect/Chunk"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import * as Crypto from "node:crypto"
+import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
+import type { GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { Provider } from "../services/Provider.js"
+import type { ProviderError } from "../services/ProviderError.js"
+import { Conversation, tokenCount, type TurnChunk } from "./ConversationEntity.js"
+
+/** The conversation a request belongs to: its id, or its checkpoint's. */
+export const conversationOf = (request: GenerateRequest): string | undefined =>
+  request.conversation ?? request.checkpoint?.conversation
+
+/**
+ * Passes a turn's chunks on while they continue the stream exactly (same turn, next index, next
+ * seq); fails with `GenerationFailed` at the first that does not. The stream ends with its Done chunk.
+ */
+export const exactlyOnce = (conversation: string, turn: string) =>
+<E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Stream.Stream<GenerateChunk, E | GenerationFailed, R> =>
+  Stream.suspend(() => {
+    let index = 0
+    let seq = 0
+    let done = false
+    // Batch by batch (one check per chunk, no extra stream element): the valid part of a batch is
+    // delivered, then the failure.
+    return Stream.chunks(chunks).pipe(
+      Stream.flatMap((batch) => {
+        const out: Array<GenerateChunk> = []
+        for (const c of batch) {
+          // After Done the turn is whole: whatever a restart sends after it is not passed on.
+          if (done) break
+          if (c.turn !== turn || c.index !== index || c.seq !== seq) {
+            const failure = new GenerationFailed({
+              deliveredTokens: seq,
+              reason: `conversation ${conversation}: the runner serving turn ${turn} was lost, and the cluster ` +
+                `started the turn again (chunk ${c.index} at token ${c.seq} of turn ${c.turn} came after chunk ` +
+                `${index - 1}); the turn was stopped, not re-run`
+            })
+            return Stream.concat(Stream.fromChunk(Chunk.unsafeFromArray(out)), Stream.fail(failure))
+          }
+          index++
+          seq += tokenCount(c.chunk)
+          done = c.chunk._tag === "Done"
+          out.push(c.chunk)
+        }
+        return Stream.fromChunk(Chunk.unsafeFromArray(out))
+      }),
+      Stream.takeUntil((chunk) => chunk._tag === "Done")
+    )
+  })
+
+/** What the cluster refuses a turn with, as the runtime's own errors. */
+const refusal = (conversation: string) =>
+(error: MailboxFull | AlreadyProcessingMessage | PersistenceError): ProviderError =>
+  new EngineUnavailable({
+    reason: error._tag === "MailboxFull"
+      ? `conversation ${conversation}: its runner's mailbox is full`
+      : error._tag === "AlreadyProcessingMessage"
+      ? `conversation ${conversation}: its runner is already processing this turn`
+      : `conversation ${conversation}: the cluster storage failed (${error.message})`
+  })
+
+/** The routing Provider over the local one (the Provider in context) and the Sharding of this runner. */
+export const make = Effect.gen(function*() {
+  const local = yield* Provider
+  const clientFor = yield* Conversation.client
+  const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
+    const conversation = conversationOf(request)
+    if (conversation === undefined) return local.generate(request)
+    return Stream.suspend(() => {
+      const turn = Crypto.randomUUID()
+      return clientFor(conversation).Turn({ turn, request }).pipe(
+        Stream.catchTags({
+          MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
+          AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
+          PersistenceError: (e) => Stream.fail(refusal(conversation)(e))
+        }),
+        exactlyOnce(conversation, turn)
+      )
+    })
+  }
+  return Provider.of({ ...local, generate })
+})
+
+/** Replaces the Provider in context with the routing one. */
+export const layer: Layer.Layer<Provider, never, Provider | Sharding.Sharding> = Layer.effect(Provider, make)

@@ -1,0 +1,99 @@
+/**
+ * A cluster runner inside `nativegen serve --cluster`: @effect/cluster's Sharding over our
+ * transport (src/cluster/Transport.ts) and runner storage (src/cluster/Storage.ts), the
+ * conversation entity served from the runtime's local Provider, and the routing Provider that the
+ * public servers get in its place. Built over a runtime (it needs the local Provider); the
+ * layer's Provider is the routing one.
+ *
+ *   servers <- routing Provider <- Sharding <- transport, storage, health, ShardingConfig
+ *           <- Conversation entity <- local Provider (the runtime)
+ */
+import * as MessageStorage from "@effect/cluster/MessageStorage"
+import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as Runners from "@effect/cluster/Runners"
+import type { RunnerStorage } from "@effect/cluster/RunnerStorage"
+import type { Sharding } from "@effect/cluster/Sharding"
+import * as ShardingConfig from "@effect/cluster/ShardingConfig"
+import * as SocketRunner from "@effect/cluster/SocketRunner"
+import type * as SocketServer from "@effect/platform/SocketServer"
+import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import type { SqlClient } from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import { Provider } from "../services/Provider.js"
+import * as ConversationEntity from "./ConversationEntity.js"
+import * as Health from "./Health.js"
+import * as Placement from "./Placement.js"
+import * as RoutingProvider from "./RoutingProvider.js"
+import * as Storage from "./Storage.js"
+import * as Transport from "./Transport.js"
+
+export interface RunnerSettings {
+  /** Where the other runners reach this one (a Unix socket path as host with port 0, or HOST:PORT). */
+  readonly address: RunnerAddress
+  /** Where it listens, when not at `address` (e.g. 0.0.0.0 behind a public address). */
+  readonly listen?: RunnerAddress | undefined
+  readonly storage: Storage.StorageSpec
+  /** How fast a dead runner is noticed (Health.timing). */
+  readonly detection: Duration.DurationInput
+  /** Shards per group: the same on every runner. */
+  readonly shards: number
+}
+
+/** Sharding of this runner with its transport, storage (and its SQL client) and health check. */
+export const layerSharding = (
+  settings: RunnerSettings
+): Layer.Layer<Sharding | Runners.Runners | RunnerStorage | SqlClient, SqlError | SocketServer.SocketServerError> => {
+  const timing = Health.timing(settings.detection)
+  const base = Layer.mergeAll(
+    ShardingConfig.layer({
+      runnerAddress: Option.some(settings.address),
+      runnerListenAddress: Option.fromNullable(settings.listen),
+      shardsPerGroup: settings.shards,
+      // A local turn is not serialized for nothing: it takes the same path minus the socket.
+      simulateRemoteSerialization: false,
+      entityTerminationTimeout: timing.detection,
+      ...timing.config
+    }),
+    MessageStorage.layerNoop,
+    Transport.layerClientProtocol
+  ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack))
+  const health = Health.layer(timing.pingTimeout).pipe(Layer.provide(Runners.layerRpc))
+  return SocketRunner.layer.pipe(
+    Layer.provide(Layer.merge(Transport.layerSocketServer(settings.listen ?? settings.address), health)),
+    Layer.provideMerge(Storage.layer(settings.storage)),
+    Layer.provide(base)
+  )
+}
+
+/**
+ * A Sharding that is no runner (it serves no entity and takes no shards): for tools that look at
+ * the cluster (`cluster status`, tests) through the same storage, with its SQL client.
+ */
+export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shards">) =>
+  SocketRunner.layerClientOnly.pipe(
+    Layer.provideMerge(Storage.layer(settings.storage)),
+    Layer.provide(Layer.mergeAll(
+      ShardingConfig.layer({ runnerAddress: Option.none(), shardsPerGroup: settings.shards }),
+      MessageStorage.layerNoop,
+      Transport.layerClientProtocol
+    ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack)))
+  )
+
+/** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
+export const layer = (
+  settings: RunnerSettings
+): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider> =>
+  Layer.merge(RoutingProvider.layer, ConversationEntity.layer()).pipe(
+    Layer.provide(Placement.layer(settings.address)),
+    Layer.provideMerge(layerSharding(settings)),
+    Layer.tap(() =>
+      Effect.logInfo(
+        `cluster: runner at ${Transport.formatAddress(settings.address)}, storage ${Storage.describeStorage(settings.storage)}, ` +
+          `${settings.shards} shards, failure detection ${Duration.format(Duration.decode(settings.detection))}`
+      )
+    )
+  )

@@ -1,0 +1,93 @@
+/**
+ * `nativegen serve`'s cluster flags: `--cluster ADDRESS` makes the server a cluster runner (see
+ * docs/cluster.md), with its storage, failure detection time and shard count. Only the flags and
+ * their reading live here; the runner itself (src/cluster/Runner.ts) is imported when a cluster
+ * is asked for.
+ */
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as Options from "@effect/cli/Options"
+import * as Config from "effect/Config"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
+import * as Option from "effect/Option"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { CliUsageError } from "../cli/CliError.js"
+import { parseListen } from "../http/HttpConfig.js"
+import type { RunnerSettings } from "./Runner.js"
+import * as Storage from "./StorageSpec.js"
+
+/** The runner storage when none is named: one SQLite file per user on the host. */
+export const defaultStorage = (): string =>
+  Path.join(process.env.XDG_DATA_HOME ?? Path.join(Os.homedir(), ".local", "share"), "nativegen", "cluster.db")
+
+/** Failure detection within 3 s; 60 shards (a few per runner is enough to spread conversations; more only cost lock rows). */
+export const defaults = { detection: Duration.seconds(3), shards: 60 } as const
+
+export const options = {
+  cluster: Options.text("cluster").pipe(
+    Options.withDescription(
+      "Run as a cluster runner reachable by the other runners at HOST:PORT or a Unix socket path (env NATIVEGEN_CLUSTER; " +
+        "off unless given). Conversations are served by the runner that holds them; see docs/cluster.md"
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER")))
+  ),
+  clusterStorage: Options.text("cluster-storage").pipe(
+    Options.withDescription(
+      `Runner storage shared by all runners: a SQLite file (one host) or a postgres:// URL (env NATIVEGEN_CLUSTER_STORAGE; ` +
+        `default ${defaultStorage()})`
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER_STORAGE")))
+  ),
+  clusterDetection: Options.integer("cluster-detection").pipe(
+    Options.withDescription(
+      `Seconds within which a dead runner is noticed and its shards freed (env NATIVEGEN_CLUSTER_DETECTION; default ` +
+        `${Duration.toSeconds(defaults.detection)})`
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_DETECTION")))
+  ),
+  clusterShards: Options.integer("cluster-shards").pipe(
+    Options.withDescription(
+      `Shards the conversations are spread over; the same on every runner (env NATIVEGEN_CLUSTER_SHARDS; default ${defaults.shards})`
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_SHARDS")))
+  )
+}
+
+export interface ClusterFlags {
+  readonly cluster: Option.Option<string>
+  readonly clusterStorage: Option.Option<string>
+  readonly clusterDetection: Option.Option<number>
+  readonly clusterShards: Option.Option<number>
+}
+
+/** The runner's settings from the flags; none when `--cluster` is not given. */
+export const settingsOf = (flags: ClusterFlags): Effect.Effect<RunnerSettings | undefined, CliUsageError> =>
+  Effect.gen(function*() {
+    if (Option.isNone(flags.cluster)) {
+      if (Option.isSome(flags.clusterStorage)) yield* Effect.logWarning("--cluster-storage was given, but --cluster is off")
+      return undefined
+    }
+    const listen = parseListen(flags.cluster.value)
+    if (Either.isLeft(listen)) return yield* new CliUsageError({ reason: `--cluster: ${listen.left.message}` })
+    const at = listen.right
+    if (at._tag === "Tcp" && at.port === 0) {
+      return yield* new CliUsageError({ reason: "--cluster: give the port the other runners reach (not 0)" })
+    }
+    const address = at._tag === "Unix"
+      ? RunnerAddress.make({ host: Path.resolve(at.path), port: 0 })
+      : RunnerAddress.make({ host: at.host, port: at.port })
+    const storage = Storage.parseStorage(Option.getOrElse(flags.clusterStorage, defaultStorage))
+    if (storage instanceof Storage.InvalidStorage) return yield* new CliUsageError({ reason: `--cluster-storage: ${storage.message}` })
+    const detection = Option.getOrElse(flags.clusterDetection, () => Duration.toSeconds(defaults.detection))
+    if (detection < 1) return yield* new CliUsageError({ reason: `--cluster-detection ${detection}: at least 1 second` })
+    const shards = Option.getOrElse(flags.clusterShards, () => defaults.shards)
+    if (shards < 1) return yield* new CliUsageError({ reason: `--cluster-shards ${shards}: at least 1` })
+    const settings: RunnerSettings = { address, storage, detection: Duration.seconds(detection), shards }
+    return settings
+  })

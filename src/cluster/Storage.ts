@@ -1,0 +1,130 @@
+/**
+ * Where runners meet: the runner storage @effect/cluster keeps its runners, their health and the
+ * shard locks in. SQLite through libsql for one host (a file all runners open; nothing to install:
+ * libsql's native library comes as a per-platform npm package), PostgreSQL for several machines.
+ *
+ * libsql sets no busy timeout and opens a fresh connection for every transaction, so a write that
+ * meets another runner's write fails at once with SQLITE_BUSY: a write transaction's BEGIN waits
+ * for the other writer (`waitingForWriters`), and every runner-storage call is retried a few times
+ * with jittered backoff (also on PostgreSQL, where it costs nothing when nothing fails).
+ */
+import * as RunnerStorage from "@effect/cluster/RunnerStorage"
+import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
+import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
+import * as SqlClient from "@effect/sql/SqlClient"
+import type { SqlError } from "@effect/sql/SqlError"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import type { StorageSpec } from "./StorageSpec.js"
+import * as Schedule from "effect/Schedule"
+import type * as Libsql from "@libsql/client"
+import * as Fs from "node:fs"
+import * as Path from "node:path"
+
+export { describeStorage, InvalidStorage, parseStorage, type StorageSpec } from "./StorageSpec.js"
+
+const retryBusy = Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(6)))
+
+/**
+ * At start, runners starting together all create the tables and switch the file to WAL; on a
+ * loaded machine one may hold the write lock for a while: keep trying for up to 15 s.
+ */
+export const retryStart = Schedule.exponential("20 millis").pipe(
+  Schedule.jittered,
+  Schedule.union(Schedule.spaced("500 millis")),
+  Schedule.upTo("15 seconds")
+)
+
+/** Each call retried on a persistence failure (a concurrent writer), then failing as before. */
+const retrying = (storage: RunnerStorage.RunnerStorage["Type"]): RunnerStorage.RunnerStorage["Type"] => {
+  const retry = <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.retry(effect, retryBusy)
+  return RunnerStorage.RunnerStorage.of({
+    register: (runner, healthy) => retry(storage.register(runner, healthy)),
+    unregister: (address) => retry(storage.unregister(address)),
+    getRunners: retry(storage.getRunners),
+    setRunnerHealth: (address, healthy) => retry(storage.setRunnerHealth(address, healthy)),
+    acquire: (address, shardIds) => retry(storage.acquire(address, shardIds)),
+    refresh: (address, shardIds) => retry(storage.refresh(address, shardIds)),
+    release: (address, shardId) => retry(storage.release(address, shardId)),
+    releaseAll: (address) => retry(storage.releaseAll(address))
+  })
+}
+
+/** The SQL client of a storage spec. SQLite files are switched to WAL (readers never wait for a writer). */
+export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClient, SqlError> =>
+  spec._tag === "Postgres"
+    ? Layer.unwrapEffect(Effect.promise(() => import("@effect/sql-pg/PgClient")).pipe(
+      Effect.map((PgClient) => PgClient.layer({ url: spec.url, applicationName: "nativegen-runner" }))
+    ))
+    : Layer.unwrapEffect(Effect.promise(() => Promise.all([import("@effect/sql-libsql/LibsqlClient"), import("@libsql/client")])).pipe(
+      Effect.map(([LibsqlClient, Libsql]) => {
+        const wal = Layer.effectDiscard(Effect.flatMap(SqlClient.SqlClient, (sql) =>
+          Effect.retry(sql`PRAGMA journal_mode = WAL`, retryStart)
+        ))
+        const live = Effect.acquireRelease(
+          Effect.sync(() => {
+            Fs.mkdirSync(Path.dirname(spec.file), { recursive: true })
+            const open = () => Libsql.createClient({ url: `file:${spec.file}` })
+            return waitingForWriters(open(), open)
+          }),
+          (client) => Effect.sync(() => client.close())
+        )
+        return Layer.provideMerge(
+          wal,
+          Layer.unwrapScoped(Effect.map(live, (liveClient) => LibsqlClient.layer({ liveClient })))
+        )
+      })
+    ))
+
+/** How long a write transaction waits for another runner's to end before it fails. */
+export const writerWait = 60_000
+
+const isBusy = (error: unknown) => error instanceof Error && "code" in error && error.code === "SQLITE_BUSY"
+
+/**
+ * The libsql client with write transactions that wait for another process's to end. libsql has
+ * no busy timeout, so BEGIN IMMEDIATE fails at once while another runner writes; then
+ * @effect/sql-libsql 0.42 never gives back the permit it took for the transaction (every later
+ * query of the client waits forever: the runner stops refreshing its shard locks), and the failed
+ * statement stays in progress on its connection (a later COMMIT there fails, leaving the write
+ * lock held). So each attempt begins on a connection of its own (`open`), closed when the BEGIN
+ * fails, and is retried with backoff for up to `writerWait`.
+ */
+export const waitingForWriters = (client: Libsql.Client, open: () => Libsql.Client): Libsql.Client =>
+  new Proxy(client, {
+    get(target, property, receiver) {
+      if (property === "transaction") {
+        return async (mode?: Libsql.TransactionMode) => {
+          const deadline = Date.now() + writerWait
+          for (let delay = 2;; delay = Math.min(delay * 2, 100)) {
+            const attempt = open()
+            try {
+              // The transaction keeps the connection; the client object is no longer needed.
+              return await attempt.transaction(mode)
+            } catch (error) {
+              attempt.close()
+              if (!isBusy(error) || Date.now() > deadline) throw error
+              await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random())))
+            }
+          }
+        }
+      }
+      const value: unknown = Reflect.get(target, property, receiver)
+      return typeof value === "function" ? value.bind(target) : value
+    }
+  })
+
+/** The table prefix of the runner storage. */
+export const tablePrefix = "nativegen_cluster"
+
+/**
+ * The runner storage over `spec`, with its SQL client; its tables are created when missing
+ * (retried while another runner creates them).
+ */
+export const layer = (
+  spec: StorageSpec
+): Layer.Layer<RunnerStorage.RunnerStorage | SqlClient.SqlClient, SqlError, ShardingConfig.ShardingConfig> =>
+  Layer.scoped(
+    RunnerStorage.RunnerStorage,
+    Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryStart), retrying)
+  ).pipe(Layer.provideMerge(layerSqlClient(spec)))

@@ -1,0 +1,186 @@
+/**
+ * Three `nativegen serve --cluster` processes on this machine (Unix sockets, one SQLite runner
+ * storage, qwen-chat with one thread and small contexts), and clients on their public sockets as
+ * on a single server. Conversations are placed by their shard: the test reads the shard locks
+ * from the storage (a client-only Sharding computes each conversation's shard) and picks
+ * conversations owned by each runner. Each turn is sent through a runner that does not own it,
+ * lands on the owner (its readiness counts the generation), a follow-up turn reuses the owner's
+ * KV (`continuation`), and the tokens equal those of the same turns served by one runtime alone
+ * (a twin conversation owned by the entry runner itself: no hop). `nativegen cluster status`
+ * then shows the three runners, the shards each holds and where each conversation was served.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Runner from "../../src/cluster/Runner.js"
+import * as Status from "../../src/cluster/Status.js"
+import * as Storage from "../../src/cluster/Storage.js"
+import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import * as Client from "../../src/rpc/Client.js"
+import { Provider } from "../../src/services/Provider.js"
+import { makeHome, run, smallServerEnv, startServer } from "../cli/support.js"
+
+const SHARDS = 12
+
+interface Member {
+  readonly name: string
+  /** The runner's address as the storage records it (`PATH:0`). */
+  readonly stored: string
+  readonly provider: Provider["Type"]
+}
+
+class TestCluster extends Context.Tag("test/TestCluster")<TestCluster, {
+  readonly members: ReadonlyArray<Member>
+  readonly storage: Storage.StorageSpec
+}>() {}
+
+/** Three runners sharing one storage file; each with its own home, store and public socket. */
+const clusterLayer = Layer.scoped(
+  TestCluster,
+  Effect.gen(function*() {
+    const dir = yield* Effect.acquireRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngc-"))),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    )
+    const storage = Path.join(dir, "cluster.db")
+    const members = yield* Effect.forEach(["r1", "r2", "r3"], (name) =>
+      Effect.gen(function*() {
+        const home = yield* makeHome
+        const runnerSocket = Path.join(dir, `${name}.sock`)
+        const server = yield* startServer(home, {
+          ...smallServerEnv,
+          NATIVEGEN_CLUSTER: runnerSocket,
+          NATIVEGEN_CLUSTER_STORAGE: storage,
+          NATIVEGEN_CLUSTER_SHARDS: String(SHARDS)
+        }, "240 seconds")
+        const context = yield* Layer.build(Client.layer({ socketPath: server.socket }))
+        return { name, stored: `${runnerSocket}:0`, provider: Context.get(context, Provider) }
+      }), { concurrency: "unbounded" })
+    return { members, storage: { _tag: "Sqlite", file: storage } as const }
+  })
+)
+
+/** The client-only Sharding (for conversations' shards) and the SQL client over the cluster's storage. */
+const viewLayer = Layer.unwrapEffect(Effect.map(TestCluster, ({ storage }) => Runner.layerClientOnly({ storage, shards: SHARDS })))
+
+/**
+ * Shard locks once the cluster settled: every shard locked, by all three runners, the same in two
+ * reads a refresh interval apart (a runner that has not yet seen the last one join may still hold
+ * shards it is about to release).
+ */
+const settled = Effect.gen(function*() {
+  const { members } = yield* TestCluster
+  const read = Effect.flatMap(Status.snapshot, (s) => {
+    const owners = new Set(s.shards?.values() ?? [])
+    return s.shards?.size === SHARDS && members.every((m) => owners.has(m.stored))
+      ? Effect.succeed(s)
+      : Effect.fail(`not settled: ${JSON.stringify([...(s.shards ?? [])])}`)
+  })
+  const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("60 seconds"))))
+  yield* Effect.sleep("1500 millis")
+  const second = yield* read
+  return JSON.stringify([...first.shards!].sort()) === JSON.stringify([...second.shards!].sort())
+    ? second
+    : yield* Effect.fail("the shard locks moved")
+}).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+
+const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
+const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
+  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
+const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
+  const last = chunks.at(-1)
+  return last?._tag === "Done" ? last : assert.fail(`the last chunk is ${last?._tag}`)
+}
+
+const collect = (provider: Provider["Type"], request: GenerateRequest) =>
+  Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray)
+
+const settings = { maxTokens: 8, sampling: { temperature: 0 }, thinking: false } as const
+
+/** Two turns of `conversation` with `first` then `second`, each through the given entry. */
+const twoTurns = (conversation: string, first: string, second: string, entries: readonly [Provider["Type"], Provider["Type"]]) =>
+  Effect.gen(function*() {
+    const user1: ChatMessage = { role: "user", content: first }
+    const one = yield* collect(entries[0], { messages: [user1], conversation, ...settings })
+    const two = yield* collect(entries[1], {
+      messages: [user1, { role: "assistant", content: answerOf(one) }, { role: "user", content: second }],
+      conversation,
+      checkpoint: doneOf(one).checkpoint!,
+      ...settings
+    })
+    return { one, two }
+  })
+
+const generationsOf = (member: Member) => Effect.map(member.provider.readiness, (r) => r.recentGenerations?.length ?? 0)
+
+describe("a cluster of three runners", () => {
+  layer(Layer.provideMerge(viewLayer, clusterLayer), { timeout: 300_000, excludeTestServices: true })("on Unix sockets", (it) => {
+    it.effect("conversations land on their shards' runners through any entry; follow-ups continue; tokens equal one runtime's; cluster status shows it", () =>
+      Effect.gen(function*() {
+        const { members } = yield* TestCluster
+        const [r1, r2, r3] = members as [Member, Member, Member]
+        const snapshot = yield* settled
+        // The first conversation id owned by each runner, and a second one owned by r1 (the twins).
+        const owned = new Map<string, Array<string>>()
+        for (let i = 0; members.some((m) => (owned.get(m.stored)?.length ?? 0) < 3); i++) {
+          const id = `conversation-${i}`
+          const owner = yield* Status.ownerOf(snapshot, id)
+          if (owner !== undefined) owned.set(owner, [...(owned.get(owner) ?? []), id])
+          if (i > 10_000) assert.fail("no conversation ids for every runner")
+        }
+        const ids = (m: Member) => owned.get(m.stored)!
+        const before = yield* Effect.forEach(members, generationsOf)
+
+        // Owned by r2 and r3, sent through r1 (and the follow-ups through the third runner).
+        const onR2 = yield* twoTurns(ids(r2)[0]!, "where is the ship", "and the crew", [r1.provider, r3.provider])
+        const onR3 = yield* twoTurns(ids(r3)[0]!, "the storm is near", "what now", [r1.provider, r2.provider])
+        // The same turns on r1's own conversations, through r1: one runtime, no hop.
+        const aloneR2 = yield* twoTurns(ids(r1)[0]!, "where is the ship", "and the crew", [r1.provider, r1.provider])
+        const aloneR3 = yield* twoTurns(ids(r1)[1]!, "the storm is near", "what now", [r1.provider, r1.provider])
+
+        const after = yield* Effect.forEach(members, generationsOf)
+        assert.deepStrictEqual(after.map((n, i) => n - before[i]!), [4, 2, 2], "generations served by r1, r2, r3")
+        for (const [remote, alone] of [[onR2, aloneR2], [onR3, aloneR3]] as const) {
+          assert.strictEqual(doneOf(remote.two).usage.reuse, "continuation")
+          assert.strictEqual(doneOf(alone.two).usage.reuse, "continuation")
+          assert.isAbove(tokensOf(remote.one).length, 0)
+          assert.deepStrictEqual(tokensOf(remote.one), tokensOf(alone.one))
+          assert.deepStrictEqual(tokensOf(remote.two), tokensOf(alone.two))
+          assert.strictEqual(doneOf(remote.two).usage.reusedTokens, doneOf(alone.two).usage.reusedTokens)
+        }
+
+        // `nativegen cluster status` shows the runners, their shards and where each conversation was served.
+        const { storage } = yield* TestCluster
+        const result = yield* run([
+          "cluster",
+          "status",
+          "--cluster-storage",
+          storage._tag === "Sqlite" ? storage.file : assert.fail("sqlite"),
+          "--cluster-shards",
+          String(SHARDS),
+          "--json"
+        ])
+        assert.strictEqual(result.code, 0, result.stderr)
+        const shown = JSON.parse(result.stdout) as {
+          runners: Array<{ address: string; healthy: boolean; shards: Array<number> }>
+          conversations: Array<{ conversation: string; lastTurnOn: string; holder: string }>
+        }
+        const pathOf = (m: Member) => m.stored.slice(0, -":0".length)
+        assert.deepStrictEqual(shown.runners.map((r) => r.address).sort(), members.map(pathOf).sort())
+        assert.isTrue(shown.runners.every((r) => r.healthy))
+        assert.strictEqual(shown.runners.reduce((n, r) => n + r.shards.length, 0), SHARDS)
+        const placed = new Map(shown.conversations.map((c) => [c.conversation, c]))
+        for (const [member, id] of [[r2, ids(r2)[0]!], [r3, ids(r3)[0]!], [r1, ids(r1)[0]!], [r1, ids(r1)[1]!]] as const) {
+          assert.strictEqual(placed.get(id)?.lastTurnOn, pathOf(member), id)
+          assert.strictEqual(placed.get(id)?.holder, pathOf(member), id)
+        }
+      }))
+  })
+})
