@@ -319,20 +319,23 @@ export const readinessSummary = (
   lines.push(
     `${bold(style)("engine")}     incarnation ${engine.incarnation}${engine.pid === null ? "" : `, pid ${engine.pid}`}${
       engine.backend === null ? "" : `, ${engine.backend}`
-    }${engine.build === undefined ? "" : ` (${engine.build === "localBuild" ? "local build" : engine.build})`}${
+    }${
+      engine.build === undefined || engine.build === null || engine.build === "unknown"
+        ? ""
+        : ` (${engine.build === "localBuild" ? "local build" : engine.build})`
+    }${
       engine.threads === undefined ? "" : `, ${engine.threads} threads`
     }${engine.nodeLlamaCppVersion === null ? "" : `, node-llama-cpp ${engine.nodeLlamaCppVersion}`}, up ${
       formatDuration(engine.uptimeMillis)
     }`
   )
   const gpus = (engine.devices ?? []).filter((d) => d.kind === "gpu")
-  if (gpus.length > 0 || (engine.build ?? null) !== null) {
+  if (gpus.length > 0 || (engine.driverVersion ?? null) !== null) {
     lines.push(
       `${bold(style)("devices")}    ${
         [
           ...gpus.map((d) => `${d.name} (${formatBytes(d.totalBytes)}, ${formatBytes(d.freeBytes)} free)`),
-          ...((engine.driverVersion ?? null) === null ? [] : [`driver ${engine.driverVersion}`]),
-          ...((engine.build ?? null) === null ? [] : [`${engine.build === "localBuild" ? "local" : engine.build} build`])
+          ...((engine.driverVersion ?? null) === null ? [] : [`driver ${engine.driverVersion}`])
         ].join(", ")
       }`
     )

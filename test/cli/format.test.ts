@@ -209,8 +209,8 @@ describe("Format", () => {
         devices: [{ name: "NVIDIA H200", kind: "gpu", totalBytes: 140 * 1024 ** 3, freeBytes: 139 * 1024 ** 3 }]
       }
     }, plain)
-    assert.include(onGpu, "incarnation 1, pid 4242, cuda, node-llama-cpp 3.21.1")
-    assert.include(onGpu, "devices    NVIDIA H200 (140.0 GiB, 139.0 GiB free), driver 580.159.04, local build")
+    assert.include(onGpu, "incarnation 1, pid 4242, cuda (local build), node-llama-cpp 3.21.1")
+    assert.include(onGpu, "devices    NVIDIA H200 (140.0 GiB, 139.0 GiB free), driver 580.159.04\n")
     assert.strictEqual(
       Format.readinessLine({ ...readiness, state: "loading", reason: "loading tiny", engine: { ...readiness.engine, pid: null } }),
       "loading: loading tiny (engine 1, cpu)"
