@@ -327,7 +327,8 @@ export const make = (
         // One step runs call after call (each its own native call, so the split is callEnd's) up
         // to a native batch's worth of tokens (on the grid, to a grid point), and ends after the
         // call in flight when a step of its lane or a higher one waits (a decision still runs
-        // after at most one call) or when the generation is cancelled (its caller interrupted).
+        // after at most one call) or when the generation is cancelled (its caller interrupted, or
+        // an End that forgot it arrived first).
         const onGrid = (at: number) => Math.floor(at / g.prefillChunk) * g.prefillChunk
         return Effect.map(
           stoppableStep("prefill", async (stop) => {
@@ -339,7 +340,7 @@ export const make = (
               const end = callEnd(g, g.prefilled, last)
               await g.sequence.evaluateWithoutGeneratingNewTokens(g.prompt.slice(g.prefilled, end) as Array<Token>)
               g.prefilled = end
-            } while (g.prefilled < stepEnd && !stop.requested && !contended(g.lane))
+            } while (g.prefilled < stepEnd && !stop.requested && generations.get(g.id) === g && !contended(g.lane))
             prefillDone(g)
           }, g.lane),
           // Read after the step: the tokens prefilled so far, this chunk included.
