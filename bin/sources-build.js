@@ -1,6 +1,7 @@
 // The repository's compiled build of its own sources: `src/cli/main.ts` and `src/native/child.ts`
 // bundled by esbuild (with effect and the other pure-JavaScript dependencies; node-llama-cpp and
-// fs-native-extensions stay external) into `.cache/build/<key>/`, where the key is a hash of
+// fs-native-extensions stay external, and so do the cluster's optional SQL drivers when they are
+// not installed) into `.cache/build/<key>/`, where the key is a hash of
 // everything the build depends on: every file under `src/` and `fixtures/` (contents and paths), tsconfig.json,
 // package.json, the installed dependencies (`node_modules/.package-lock.json`, rewritten by every
 // npm install), esbuild's version and this file. A start computes the key from the files as they
@@ -24,7 +25,13 @@ export const buildsDir = Path.join(projectRoot, ".cache", "build")
 const keepUnused = 24 * 60 * 60 * 1000
 
 const entryPoints = { main: "src/cli/main.ts", child: "src/native/child.ts", probe: "src/native/probe.ts" }
-const external = ["node-llama-cpp", "fs-native-extensions"]
+/**
+ * The cluster's optional peers: loaded only by `serve --cluster`, so a bundle must build where
+ * they are not installed (they are then left to fail at run time, when `--cluster` asks for them).
+ */
+const optionalPeers = ["@effect/sql-pg", "@effect/sql-libsql", "@libsql/client"]
+const installed = (name) => Fs.existsSync(Path.join(projectRoot, "node_modules", name, "package.json"))
+const external = ["node-llama-cpp", "fs-native-extensions", ...optionalPeers.filter((name) => !installed(name))]
 
 /** Every file under `dir`, as absolute paths, in a stable order. */
 const filesUnder = (dir) =>

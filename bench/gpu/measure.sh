@@ -30,7 +30,7 @@ first() { # mode
 ONLY=${ONLY:-main,first,graphs,chunk128}
 case ",$ONLY," in *,main,*) peer main PEER_ONLY=decode,prefill,latency,decision,repair ;; esac
 case ",$ONLY," in *,first,*) first; log "first request" ;; esac
-case ",$ONLY," in *,graphs,*) peer graphs PEER_ONLY=decode GGML_CUDA_DISABLE_GRAPHS=0 ;; esac
+case ",$ONLY," in *,graphs,*) peer graphs PEER_ONLY=decode,prefill NATIVEGEN_CUDA_GRAPHS=1 ;; esac
 case ",$ONLY," in *,chunk128,*) peer chunk128 PEER_ONLY=prefill NATIVEGEN_WORKER_PREFILL_CHUNK=128 ;; esac
 case ",$ONLY," in *,test,*) left=$(( 580 - ($(date +%s) - T0) )); timeout "$left" node node_modules/vitest/vitest.mjs run --config vitest.gpu.config.ts --reporter=verbose > "$OUT/test-gpu.log" 2>&1; echo "rc=$?" >> "$OUT/test-gpu.log"; grep -E "✓|×|Test Files|Tests |rc=" "$OUT/test-gpu.log" | tail -30 ;; esac
 nvidia-smi --query-gpu=name,memory.used,memory.total,clocks.sm,temperature.gpu --format=csv > "$OUT/gpu-after.txt" 2>&1

@@ -188,6 +188,9 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
     const prefillChunk = yield* Config.integer("NATIVEGEN_WORKER_PREFILL_CHUNK").pipe(
       Config.withDefault(defaultPrefillChunk(backend, child.batchSize))
     )
+    // ggml's CUDA graphs stay off in CUDA children unless asked for (ChildEnvironment.backendDefaults).
+    const cudaGraphs = yield* Config.boolean("NATIVEGEN_CUDA_GRAPHS").pipe(Config.withDefault(false))
+    const childEnv = cudaGraphs ? { GGML_CUDA_DISABLE_GRAPHS: "0" } : {}
     const options: Partial<Runtime.RuntimeOptions> = {
       store,
       admission: {
@@ -197,7 +200,7 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
           decision: Option.getOrElse(settings.decisionContext, () => admission.contextCap.decision)
         }
       },
-      worker: { child, prefillChunk },
+      worker: { child, prefillChunk, childEnv },
       scheduler: Option.match(settings.slots, { onNone: () => scheduler, onSome: (slots) => ({ ...scheduler, slots }) })
     }
     return options

@@ -60,10 +60,23 @@ export const backendDefaults = (backend: ChildSettings["backend"]): Readonly<Rec
   backend === "cuda" ? { GGML_CUDA_DISABLE_GRAPHS: "1" } : {}
 
 /**
+ * ggml switches CUDA graphs off when GGML_CUDA_DISABLE_GRAPHS is present at all, whatever its
+ * value (`getenv(...) != nullptr`, ggml-cuda/common.cuh). So "0" or "" from the operator or
+ * `childEnv` means graphs on: the variable is left out of the child's environment.
+ */
+const graphsSwitch = "GGML_CUDA_DISABLE_GRAPHS"
+const withoutGraphsOffByZero = (env: Record<string, string>): Record<string, string> => {
+  const value = env[graphsSwitch]
+  if (value !== "0" && value !== "") return env
+  const { [graphsSwitch]: _, ...rest } = env
+  return rest
+}
+
+/**
  * The child's environment: the backend's defaults, then the inherited part of `host` (a driver
  * variable the operator set, e.g. GGML_CUDA_DISABLE_GRAPHS=0, wins over the default), then
  * `childEnv` (which may add or replace variables), then the settings and `fixed` (which
- * `childEnv` cannot override).
+ * `childEnv` cannot override). GGML_CUDA_DISABLE_GRAPHS=0 leaves the variable out (graphs on).
  */
 export const childEnvironment = (
   host: Readonly<Record<string, string | undefined>>,
@@ -74,11 +87,11 @@ export const childEnvironment = (
   const inherited = Object.entries(host).filter((entry): entry is [string, string] =>
     entry[1] !== undefined && isInherited(entry[0])
   )
-  return {
+  return withoutGraphsOffByZero({
     ...backendDefaults(settings.backend),
     ...Object.fromEntries(inherited),
     ...childEnv,
     ...childSettingsToEnv(settings),
     ...fixed
-  }
+  })
 }

@@ -53,14 +53,17 @@ describe("backend selection", () => {
   it("CUDA children get ggml's CUDA graphs off, which childEnv or the operator's own variable may change; other backends and the host get nothing", () => {
     const host = { PATH: "/usr/bin" }
     assert.strictEqual(childEnvironment(host, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS, "1")
-    assert.strictEqual(
-      childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "0" }).GGML_CUDA_DISABLE_GRAPHS,
-      "0"
-    )
+    // ggml reads the variable's presence, not its value: "0" turns graphs on by leaving it out.
+    assert.notProperty(childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "0" }), "GGML_CUDA_DISABLE_GRAPHS")
     // An operator who sets it in the server's environment (to measure graphs on, say) gets it.
+    assert.notProperty(
+      childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "0" }, { ...settings, backend: "cuda" }),
+      "GGML_CUDA_DISABLE_GRAPHS"
+    )
+    assert.notProperty(childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "" }), "GGML_CUDA_DISABLE_GRAPHS")
     assert.strictEqual(
-      childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "0" }, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS,
-      "0"
+      childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "yes" }, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS,
+      "yes"
     )
     assert.isUndefined(childEnvironment(host, { ...settings, backend: "cpu" }).GGML_CUDA_DISABLE_GRAPHS)
     assert.deepStrictEqual(backendDefaults("vulkan"), {})
