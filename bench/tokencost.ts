@@ -12,7 +12,7 @@
  *
  * Prints the table and writes bench/results/tokencost.json. Environment: TOKENCOST_TOKENS (300),
  * TOKENCOST_ROUNDS (2), TOKENCOST_THREADS ("1,2"), TOKENCOST_PROFILE ("0": no profile pass),
- * TOKENCOST_TOP (functions listed per process, 15).
+ * TOKENCOST_TOP (functions listed per process, 15); BENCH_BACKEND and BENCH_MODEL (bench/_target.ts).
  */
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
@@ -27,6 +27,7 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import { ensureModel, projectRoot } from "../fixtures/models.js"
+import { benchBackend, benchModel } from "./_target.js"
 import * as Nativegen from "./peer/Nativegen.js"
 import { chatMl, userPrompt } from "./peer/Prompts.js"
 
@@ -36,7 +37,8 @@ const THREADS = (process.env.TOKENCOST_THREADS ?? "1,2").split(",").map(Number)
 const PROFILE = process.env.TOKENCOST_PROFILE !== "0"
 const TOP = Number(process.env.TOKENCOST_TOP ?? 15)
 const CONTEXT = 2048
-const modelPath = ensureModel("qwen-bench")
+const MODEL_NAME = benchModel("qwen-bench")
+const modelPath = ensureModel(MODEL_NAME)
 const execFile = promisify(ChildProcess.execFile)
 const loadavg = () => Fs.readFileSync("/proc/loadavg", "utf8").trim()
 const TICK_MS = 1000 / 100
@@ -323,7 +325,7 @@ const atThreads = (threads: number) =>
     const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-tokencost-"))
     yield* Effect.addFinalizer(() => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true })))
     const env = PROFILE ? { NODE_OPTIONS: `--require ${Path.join(import.meta.dirname, "_sigprof.cjs")}`, CPU_PROFILE_DIR: dir } : {}
-    const served = yield* Nativegen.serve({ modelPath, modelName: "qwen-bench", threads, contextSize: CONTEXT }, env)
+    const served = yield* Nativegen.serve({ modelPath, modelName: MODEL_NAME, threads, contextSize: CONTEXT, backend: benchBackend }, env)
     const hostPid = parentOf(served.enginePid)
     console.log(`[${threads} thread(s)] host ${hostPid}, engine child ${served.enginePid}; load ${loadavg()}`)
     yield* streamed(served.provider, userPrompt("tokencost/warm", 30))
