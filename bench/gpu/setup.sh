@@ -1,6 +1,6 @@
 # Device calls, common part (sourced, from the carried folder: `cd .gpu && . app/bench/gpu/setup.sh`).
 # The device has no node and no network: the carried folder holds node.xz (the node binary),
-# nm.tar.xz (node_modules trimmed to linux-x64), optionally lsrc.tar.xz (llama.cpp's source as
+# nm.tar.xz (node_modules trimmed to linux-x64), optionally nlc-*.tar.xz, lsrc.tar.xz (llama.cpp's source as
 # node-llama-cpp ships it) and cuda-*.part (an earlier call's CUDA build), and app/ (this
 # repository's files). Everything is unpacked under /tmp/w, outside the device's checkout, so a
 # warm machine keeps it for the next call; app/ is copied over it every call.
@@ -23,6 +23,12 @@ cp -r "$CARRY/app/." "$APP/"
 if [ ! -d "$APP/node_modules/effect" ]; then
   tar xJf "$CARRY/nm.tar.xz" -C "$APP" && log "node_modules unpacked"
 fi
+# nlc-*.tar.xz: node-llama-cpp prebuilt packages (nlc-cpu: linux-x64 with its baseline CPU variant,
+# for the CPU side of the parity tests; nlc-vulkan: linux-x64-vulkan).
+for pack in "$CARRY"/nlc-*.tar.xz; do
+  [ -f "$pack" ] || continue
+  mkdir -p "$APP/node_modules/@node-llama-cpp" && tar xJf "$pack" -C "$APP/node_modules/@node-llama-cpp" && log "$(basename "$pack") unpacked"
+done
 NLC="$APP/node_modules/node-llama-cpp"
 export NLC_DIR="$NLC" NM_DIR="$APP/node_modules"
 BUILD="$NLC/llama/localBuilds/linux-x64-cuda"

@@ -67,6 +67,7 @@ const storeRoot = (home: Home) => Path.join(home.env.XDG_DATA_HOME!, "nativegen"
  * conversation slots: each sequence holds a whole context of KV memory).
  */
 export const serverEnvironment = (home: Home, settings: Settings, port: number): Record<string, string> => ({
+  ...engineKnobs(),
   NATIVEGEN_STORE_ROOT: storeRoot(home),
   NATIVEGEN_THREADS: String(settings.threads),
   NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: String(settings.contextSize),
@@ -75,6 +76,15 @@ export const serverEnvironment = (home: Home, settings: Settings, port: number):
   NATIVEGEN_HTTP: `127.0.0.1:${port}`,
   ...(settings.backend === undefined ? {} : { NATIVEGEN_BACKEND: settings.backend })
 })
+
+/**
+ * The engine settings a benchmark run may vary from its own environment (the test support's
+ * `environment` drops the outer shell's NATIVEGEN_* variables): CUDA graphs, the prefill chunk,
+ * batched decode.
+ */
+const engineKnobNames = ["NATIVEGEN_CUDA_GRAPHS", "NATIVEGEN_WORKER_PREFILL_CHUNK", "NATIVEGEN_BATCH_DECODE"]
+const engineKnobs = (): Record<string, string> =>
+  Object.fromEntries(engineKnobNames.flatMap((name) => (process.env[name] === undefined ? [] : [[name, process.env[name]!]])))
 
 /** llama-server's default number of parallel slots (`--parallel`, auto: 4). */
 export const LLAMA_SERVER_DEFAULT_SLOTS = 4

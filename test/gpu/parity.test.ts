@@ -49,9 +49,9 @@ const scoresOn = (backend: Backend, model: ModelName) =>
       return yield* worker.score(prompt, heads)
     }))
 
-describe.skipIf(noGpu !== undefined)("parity across backends (CPU and CUDA)", () => {
+describe.skipIf(noGpu !== undefined)(`parity across backends (CPU and ${gpuBackend})`, () => {
   for (const model of scripted) {
-    it.live(`${model}: greedy output is token-exact on the CPU and on CUDA`, () =>
+    it.live(`${model}: greedy output is token-exact on the CPU and on ${gpuBackend}`, () =>
       Effect.gen(function*() {
         const cpu = yield* greedyOn("cpu", model)
         const cuda = yield* greedyOn(gpuBackend, model)

@@ -11,14 +11,17 @@ import { NativeWorker, type NativeWorkerConfigShape } from "../../src/services/N
 import { testChild, workerLayer } from "../support/engine.js"
 
 /**
- * The GPU backend under test: cuda, or NATIVEGEN_GPU_TEST_BACKEND (`cpu` runs the cases' logic on
- * a machine without a GPU, to check a change before device time is spent: the GPU-only
+ * The GPU backend under test: cuda, or NATIVEGEN_GPU_TEST_BACKEND (`vulkan`; `cpu` runs the cases'
+ * logic on a machine without a GPU, to check a change before device time is spent: the GPU-only
  * assertions then fail, the rest must pass).
  */
-export const gpuBackend: Backend = process.env.NATIVEGEN_GPU_TEST_BACKEND === "cpu" ? "cpu" : "cuda"
+export const gpuBackend: Backend = (() => {
+  const chosen = process.env.NATIVEGEN_GPU_TEST_BACKEND
+  return chosen === "cpu" || chosen === "vulkan" ? chosen : "cuda"
+})()
 
-/** Why the GPU cases cannot run here, or undefined on a machine with the NVIDIA driver. */
-export const noGpu = gpuBackend === "cpu" ? undefined : BackendProbe.driverAbsence("cuda", process.env as Record<string, string>)
+/** Why the GPU cases cannot run here, or undefined where the backend's driver is installed. */
+export const noGpu = gpuBackend === "cpu" ? undefined : BackendProbe.driverAbsence(gpuBackend, process.env as Record<string, string>)
 
 export const skipMessage = (file: string) => {
   if (noGpu !== undefined) console.info(`test:gpu ${file}: skipped, ${noGpu}`)
