@@ -9,7 +9,17 @@ import * as NativeWorker from "../../src/services/NativeWorker.js"
 import * as Runtime from "../../src/layers/Runtime.js"
 import type { RuntimeOptions } from "../../src/layers/Runtime.js"
 
-export const testChild = { backend: "cpu", threads: 1, batchSize: 512 } as const
+/**
+ * The engine children of the tests: the CPU, or NATIVEGEN_TEST_ENGINE_BACKEND (`cuda`, `vulkan`)
+ * to run the engine suites on a GPU (bench/gpu/ on the device machine).
+ */
+export const testChild = {
+  backend: process.env.NATIVEGEN_TEST_ENGINE_BACKEND === "cuda" || process.env.NATIVEGEN_TEST_ENGINE_BACKEND === "vulkan"
+    ? process.env.NATIVEGEN_TEST_ENGINE_BACKEND
+    : "cpu",
+  threads: 1,
+  batchSize: 512
+} as const
 
 /**
  * This test run's marker (set by globalSetup), passed to engine children explicitly: they do not
