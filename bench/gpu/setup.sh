@@ -29,6 +29,16 @@ for pack in "$CARRY"/nlc-*.tar.xz; do
   [ -f "$pack" ] || continue
   mkdir -p "$APP/node_modules/@node-llama-cpp" && tar xJf "$pack" -C "$APP/node_modules/@node-llama-cpp" && log "$(basename "$pack") unpacked"
 done
+# vklibs.tar.xz: Debian's Vulkan loader and glvnd libraries (libvulkan1, libglvnd0, libglx0, libegl1,
+# libgl1, libopengl0, libgles2, unpacked with dpkg -x), which the device lacks, and the NVIDIA ICD.
+if [ -f "$CARRY/vklibs.tar.xz" ]; then
+  mkdir -p "$W/vk" && tar xJf "$CARRY/vklibs.tar.xz" -C "$W/vk"
+  export LD_LIBRARY_PATH="$W/vk/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  for icd in /usr/share/vulkan/icd.d/nvidia_icd.json /etc/vulkan/icd.d/nvidia_icd.json /usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json; do
+    [ -f "$icd" ] && export VK_DRIVER_FILES="$icd" && break
+  done
+  log "Vulkan loader unpacked (VK_DRIVER_FILES=${VK_DRIVER_FILES:-none})"
+fi
 NLC="$APP/node_modules/node-llama-cpp"
 export NLC_DIR="$NLC" NM_DIR="$APP/node_modules"
 BUILD="$NLC/llama/localBuilds/linux-x64-cuda"

@@ -60,8 +60,8 @@ const next = (checkpoint: Checkpoint, conversation: string, said: string) => ({
   maxTokens: 6
 })
 
-describe.skipIf(noGpu !== undefined)("conversations on CUDA", () => {
-  it.live("reuse and restore on CUDA equal a cold run; the CUDA state file is refused (backend) on the CPU and the turn recomputed", () =>
+describe.skipIf(noGpu !== undefined)(`conversations on ${gpuBackend}`, () => {
+  it.live(`reuse and restore on ${gpuBackend} equal a cold run; its state file is refused (backend) on the CPU and the turn recomputed`, () =>
     Effect.gen(function*() {
       const directory = tempDir()
       const conversation = "gpu-voyage"
@@ -82,11 +82,11 @@ describe.skipIf(noGpu !== undefined)("conversations on CUDA", () => {
       }))
       const files = filesOf(directory, conversation)
       const sidecar = JSON.parse(Fs.readFileSync(files.sidecar, "utf8")) as { state: { backend?: string } }
-      assert.strictEqual(sidecar.state.backend, "cuda")
+      assert.strictEqual(sidecar.state.backend, gpuBackend)
       yield* inRuntime("cpu", directory, Effect.gen(function*() {
         const { result, warnings } = yield* withWarnings(turnEqualToCold(next(saved, conversation, "c")))
         assert.include(["cold", "prefix"], result.usage.reuse)
-        assert.isTrue(warnings.some((w) => w.includes("(backend:") && w.includes("cuda")), warnings.join("\n"))
+        assert.isTrue(warnings.some((w) => w.includes("(backend:") && w.includes(gpuBackend)), warnings.join("\n"))
         assert.lengthOf(named(files.dir, `${Path.basename(files.state)}.bad-backend-`), 1)
         console.info(`test:gpu state: ${warnings.find((w) => w.includes("(backend:"))}`)
       }))
