@@ -79,7 +79,8 @@ const shards = Array.from({ length: SHARDS }, (_, i) => ShardId.make("default", 
 const names = (ids: ReadonlyArray<ShardId.ShardId>) => ids.map((s) => s.toString()).sort()
 
 for (const backend of [sqlite, postgres]) {
-  describe.skipIf(backend.skipped !== undefined)(named(`${backend.name} runner storage`), () => {
+  const title = `${backend.name} runner storage`
+  describe.skipIf(backend.skipped !== undefined)(backend.skipped === undefined ? title : `${title} [skipped: ${backend.skipped}]`, () => {
     it.live("a write transaction waits for another runner's, and the client keeps answering", () =>
       Effect.gen(function*() {
         const spec = yield* backend.fresh
