@@ -22,11 +22,11 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
-import * as Net from "node:net"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
 import { makeHome, run, smallServerEnv, startServer } from "../cli/support.js"
+import { freePort } from "./free-port.js"
 import { freshDatabase, named, unavailable } from "./postgres.js"
 
 const SHARDS = 6
@@ -41,14 +41,6 @@ class PgCluster extends Context.Tag("test/PgCluster")<PgCluster, {
   readonly members: readonly [Member, Member]
   readonly url: string
 }>() {}
-
-/** A TCP port free on loopback now. */
-const freePort = Effect.async<number>((resume) => {
-  const server = Net.createServer().listen(0, "127.0.0.1", () => {
-    const address = server.address()
-    server.close(() => resume(Effect.succeed(typeof address === "object" && address !== null ? address.port : 0)))
-  })
-})
 
 const clusterLayer = Layer.scoped(
   PgCluster,

@@ -31,6 +31,7 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Placement from "../../src/cluster/Placement.js"
+import * as SharedKeys from "../../src/cluster/SharedKeys.js"
 import * as Storage from "../../src/cluster/Storage.js"
 import { freshDatabase, named, unavailable } from "./postgres.js"
 
@@ -110,7 +111,7 @@ for (const backend of [sqlite, postgres]) {
         const runners = yield* Effect.forEach(["r1", "r2", "r3", "r4"], (name) =>
           Effect.gen(function*() {
             const { sql, storage } = yield* runnerStorage(spec)
-            yield* Placement.createTable.pipe(Effect.provideService(SqlClient.SqlClient, sql))
+            yield* Effect.all([Placement.createTable, SharedKeys.createTable]).pipe(Effect.provideService(SqlClient.SqlClient, sql))
             yield* storage.register(Runner.make({ address: addressOf(name), groups: ["default"], weight: 1 }), true)
             return storage
           }), { concurrency: "unbounded" })
