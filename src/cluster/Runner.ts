@@ -93,6 +93,7 @@ export const layer = (
   Layer.mergeAll(RoutingProvider.layer, ConversationEntity.layer(), SharedKeys.layer).pipe(
     Layer.provide(Placement.layer(settings.address)),
     Layer.provideMerge(layerSharding(settings)),
+    Layer.mapError(Storage.withCause),
     Layer.tap(() =>
       Effect.logInfo(
         `cluster: runner at ${Transport.formatAddress(settings.address)}, storage ${Storage.describeStorage(settings.storage)}, ` +

@@ -12,7 +12,7 @@ import * as RunnerStorage from "@effect/cluster/RunnerStorage"
 import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
 import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import { SqlError } from "@effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { StorageSpec } from "./StorageSpec.js"
@@ -114,6 +114,17 @@ export const waitingForWriters = (client: Libsql.Client, open: () => Libsql.Clie
     }
   })
 
+/**
+ * The error with its cause in its message (the driver's own: SQLITE_BUSY, a refused connection, a
+ * failed login), since the CLI prints a failure's message alone and @effect/sql's is only "Failed
+ * to execute statement".
+ */
+export const withCause = <E>(error: E): E | SqlError => {
+  if (!(error instanceof SqlError) || !(error.cause instanceof Error) || error.message.includes(error.cause.message)) return error
+  const code = "code" in error.cause && typeof error.cause.code === "string" ? ` (${error.cause.code})` : ""
+  return new SqlError({ cause: error.cause, message: `${error.message}: ${error.cause.message}${code}` })
+}
+
 /** The table prefix of the runner storage. */
 export const tablePrefix = "nativegen_cluster"
 
@@ -127,4 +138,4 @@ export const layer = (
   Layer.scoped(
     RunnerStorage.RunnerStorage,
     Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryStart), retrying)
-  ).pipe(Layer.provideMerge(layerSqlClient(spec)))
+  ).pipe(Layer.provideMerge(layerSqlClient(spec)), Layer.mapError(withCause))

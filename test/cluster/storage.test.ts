@@ -33,6 +33,7 @@ import * as Path from "node:path"
 import * as Placement from "../../src/cluster/Placement.js"
 import * as SharedKeys from "../../src/cluster/SharedKeys.js"
 import * as Storage from "../../src/cluster/Storage.js"
+import { freePort } from "./free-port.js"
 import { freshDatabase, named, unavailable } from "./postgres.js"
 
 interface Backend {
@@ -160,4 +161,14 @@ describe.skipIf(unavailable !== undefined)(named("PostgreSQL runner storage, a r
       const kept = yield* a.storage.refresh(addressOf("a"), shards).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("5 seconds"))))
       assert.deepStrictEqual(kept, [])
     }).pipe(Effect.scoped), 60_000)
+})
+
+describe("runner storage errors", () => {
+  it.live("a PostgreSQL server that does not answer is named with the driver's reason, not only \"Failed to execute statement\"", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const spec: Storage.StorageSpec = { _tag: "Postgres", url: Redacted.make(`postgres://nobody:secret@127.0.0.1:${port}/none`) }
+      const error = yield* Effect.flip(runnerStorage(spec))
+      assert.include(error.message, "ECONNREFUSED")
+    }).pipe(Effect.scoped), 30_000)
 })
