@@ -22,14 +22,17 @@ import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
-import type * as Scope from "effect/Scope"
+import * as Scope from "effect/Scope"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as V8 from "node:v8"
+import * as Vm from "node:vm"
 import * as Placement from "../../src/cluster/Placement.js"
 import * as SharedKeys from "../../src/cluster/SharedKeys.js"
 import * as Storage from "../../src/cluster/Storage.js"
@@ -161,6 +164,49 @@ describe.skipIf(unavailable !== undefined)(named("PostgreSQL runner storage, a r
       const kept = yield* a.storage.refresh(addressOf("a"), shards).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("5 seconds"))))
       assert.deepStrictEqual(kept, [])
     }).pipe(Effect.scoped), 60_000)
+})
+
+/** This process's open file descriptors on `file` and its companions (-wal, -shm, -journal). */
+const openOn = (file: string) =>
+  Fs.readdirSync("/proc/self/fd").filter((fd) => {
+    try {
+      return Fs.readlinkSync(`/proc/self/fd/${fd}`).startsWith(file)
+    } catch {
+      return false
+    }
+  }).length
+
+/** A full garbage collection (V8's gc, exposed at run time). */
+const collectGarbage = () => {
+  V8.setFlagsFromString("--expose-gc")
+  const gc: unknown = Vm.runInNewContext("gc")
+  if (typeof gc === "function") gc()
+}
+
+describe.skipIf(!Fs.existsSync("/proc/self/fd"))("SQLite runner storage connections", () => {
+  it.live("write transactions close their connections, and closing the storage closes the rest: no file left open", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const scope = yield* Scope.make()
+      const sql = yield* client(spec).pipe(Scope.extend(scope))
+      yield* sql`CREATE TABLE t (x INTEGER)`
+      const idle = openOn(file)
+      assert.isAbove(idle, 0)
+      for (let i = 0; i < 10; i++) yield* sql.withTransaction(sql`INSERT INTO t VALUES (${i})`)
+      // A failed transaction (rolled back) too.
+      yield* sql.withTransaction(Effect.zipRight(sql`INSERT INTO t VALUES (99)`, Effect.fail("undo"))).pipe(Effect.flip)
+      // The main connection and the one for transactions (its database file and WAL).
+      assert.isAtMost(openOn(file), idle + 2, "descriptors after 11 transactions")
+      const rows = yield* sql<{ n: number }>`SELECT count(*) AS n FROM t`
+      assert.strictEqual(rows[0]?.n, 10)
+      yield* Scope.close(scope, Exit.void)
+      // libsql releases a closed connection's files when its statements are collected (it has no finalize).
+      collectGarbage()
+      yield* Effect.sleep("50 millis")
+      collectGarbage()
+      assert.strictEqual(openOn(file), 0, "descriptors after the storage's scope closed")
+    }).pipe(Effect.scoped), 30_000)
 })
 
 describe("runner storage errors", () => {
