@@ -35,6 +35,7 @@ import * as V8 from "node:v8"
 import * as Vm from "node:vm"
 import * as Placement from "../../src/cluster/Placement.js"
 import * as SharedKeys from "../../src/cluster/SharedKeys.js"
+import * as Status from "../../src/cluster/Status.js"
 import * as Storage from "../../src/cluster/Storage.js"
 import { freePort } from "./free-port.js"
 import { freshDatabase, named, unavailable } from "./postgres.js"
@@ -109,7 +110,7 @@ for (const backend of [sqlite, postgres]) {
         assert.strictEqual(Number(rows[0]?.n), 2)
       }).pipe(Effect.scoped), 30_000)
 
-    it.live("runners starting together all create the tables, register and see each other", () =>
+    it.live("runners starting together all create the tables, register and see each other (heartbeats shown alike)", () =>
       Effect.gen(function*() {
         const spec = yield* backend.fresh
         const runners = yield* Effect.forEach(["r1", "r2", "r3", "r4"], (name) =>
@@ -119,6 +120,8 @@ for (const backend of [sqlite, postgres]) {
             yield* storage.register(Runner.make({ address: addressOf(name), groups: ["default"], weight: 1 }), true)
             return storage
           }), { concurrency: "unbounded" })
+        const snapshot = yield* Status.snapshot.pipe(Effect.provideService(SqlClient.SqlClient, yield* client(spec)))
+        for (const runner of snapshot.runners) assert.match(runner.lastHeartbeat, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/)
         const seen = yield* runners[0]!.getRunners
         assert.deepStrictEqual(seen.map(([r, healthy]) => `${r.address.host} ${healthy}`).sort(), [
           "r1 true",
