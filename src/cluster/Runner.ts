@@ -2,8 +2,9 @@
  * A cluster runner inside `nativegen serve --cluster`: @effect/cluster's Sharding over our
  * transport (src/cluster/Transport.ts) and runner storage (src/cluster/Storage.ts), the
  * conversation entity served from the runtime's local Provider, and the routing Provider that the
- * public servers get in its place. Built over a runtime (it needs the local Provider); the
- * layer's Provider is the routing one.
+ * public servers get in its place, and the HTTP conversation keys shared by all runners
+ * (SharedKeys). Built over a runtime (it needs the local Provider); the layer's Provider is the
+ * routing one.
  *
  *   servers <- routing Provider <- Sharding <- transport, storage, health, ShardingConfig
  *           <- Conversation entity <- local Provider (the runtime)
@@ -23,11 +24,13 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import type { KeyedTurns } from "../http/KeyedConversations.js"
 import { Provider } from "../services/Provider.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Health from "./Health.js"
 import * as Placement from "./Placement.js"
 import * as RoutingProvider from "./RoutingProvider.js"
+import * as SharedKeys from "./SharedKeys.js"
 import * as Storage from "./Storage.js"
 import * as Transport from "./Transport.js"
 
@@ -86,10 +89,11 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
 export const layer = (
   settings: RunnerSettings
-): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider> =>
-  Layer.merge(RoutingProvider.layer, ConversationEntity.layer()).pipe(
+): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider> =>
+  Layer.mergeAll(RoutingProvider.layer, ConversationEntity.layer(), SharedKeys.layer).pipe(
     Layer.provide(Placement.layer(settings.address)),
     Layer.provideMerge(layerSharding(settings)),
+    Layer.mapError(Storage.withCause),
     Layer.tap(() =>
       Effect.logInfo(
         `cluster: runner at ${Transport.formatAddress(settings.address)}, storage ${Storage.describeStorage(settings.storage)}, ` +

@@ -27,15 +27,21 @@ export interface ClusterSnapshot {
   readonly shards: ReadonlyMap<string, string> | undefined
 }
 
+/**
+ * A heartbeat as SQLite stores it (`YYYY-MM-DD HH:MM:SS`, UTC); PostgreSQL's driver gives a Date
+ * (its TIMESTAMP read as UTC here), written the same way.
+ */
+const heartbeatText = (value: string | Date) => value instanceof Date ? value.toISOString().slice(0, 19).replace("T", " ") : String(value)
+
 /** Reads runners and shard locks from the runner storage. */
 export const snapshot: Effect.Effect<ClusterSnapshot, SqlError, SqlClient.SqlClient> = Effect.gen(function*() {
   const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-  const runners = yield* sql<{ address: string; healthy: number | boolean; last_heartbeat: string }>`
+  const runners = yield* sql<{ address: string; healthy: number | boolean; last_heartbeat: string | Date }>`
     SELECT address, healthy, last_heartbeat FROM ${sql(`${tablePrefix}_runners`)} ORDER BY address`
   const locks = yield* Effect.option(sql<{ shard_id: string; address: string }>`
     SELECT shard_id, address FROM ${sql(`${tablePrefix}_locks`)}`)
   return {
-    runners: runners.map((r) => ({ address: r.address, healthy: Boolean(r.healthy), lastHeartbeat: String(r.last_heartbeat) })),
+    runners: runners.map((r) => ({ address: r.address, healthy: Boolean(r.healthy), lastHeartbeat: heartbeatText(r.last_heartbeat) })),
     shards: locks._tag === "None" ? undefined : new Map(locks.value.map((l) => [l.shard_id, l.address]))
   }
 })

@@ -3,16 +3,17 @@
  * shard locks in. SQLite through libsql for one host (a file all runners open; nothing to install:
  * libsql's native library comes as a per-platform npm package), PostgreSQL for several machines.
  *
- * libsql sets no busy timeout and opens a fresh connection for every transaction, so a write that
- * meets another runner's write fails at once with SQLITE_BUSY: a write transaction's BEGIN waits
- * for the other writer (`waitingForWriters`), and every runner-storage call is retried a few times
- * with jittered backoff (also on PostgreSQL, where it costs nothing when nothing fails).
+ * libsql sets no busy timeout, so a write that meets another runner's write fails at once with
+ * SQLITE_BUSY: a write transaction's BEGIN waits for the other writer (`waitingForWriters`, which
+ * also keeps transactions on one connection instead of libsql's new one each time), and every
+ * runner-storage call is retried a few times with jittered backoff (also on PostgreSQL, where it
+ * costs nothing when nothing fails). The connections are closed with the layer's scope.
  */
 import * as RunnerStorage from "@effect/cluster/RunnerStorage"
 import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
 import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import * as SqlClient from "@effect/sql/SqlClient"
-import type { SqlError } from "@effect/sql/SqlError"
+import { SqlError } from "@effect/sql/SqlError"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type { StorageSpec } from "./StorageSpec.js"
@@ -81,38 +82,113 @@ export const writerWait = 60_000
 
 const isBusy = (error: unknown) => error instanceof Error && "code" in error && error.code === "SQLITE_BUSY"
 
+/** The BEGIN of a libsql transaction mode (as @libsql/client's own). */
+const beginOf = (mode: Libsql.TransactionMode) =>
+  mode === "write" ? "BEGIN IMMEDIATE" : mode === "read" ? "BEGIN TRANSACTION READONLY" : "BEGIN DEFERRED"
+
 /**
- * The libsql client with write transactions that wait for another process's to end. libsql has
- * no busy timeout, so BEGIN IMMEDIATE fails at once while another runner writes; then
- * @effect/sql-libsql 0.42 never gives back the permit it took for the transaction (every later
- * query of the client waits forever: the runner stops refreshing its shard locks), and the failed
- * statement stays in progress on its connection (a later COMMIT there fails, leaving the write
- * lock held). So each attempt begins on a connection of its own (`open`), closed when the BEGIN
- * fails, and is retried with backoff for up to `writerWait`.
+ * A write transaction on the client's transaction connection; when it ends (commit or rollback)
+ * the connection is handed back with whether it is still sound (`done`). @libsql/client's own
+ * transaction never closes its connection, and the client opens a new one for the next: each write
+ * transaction (a shard-lock refresh, every third of the detection time) left one more connection
+ * (the database file and its WAL open) until the garbage collector found it.
  */
-export const waitingForWriters = (client: Libsql.Client, open: () => Libsql.Client): Libsql.Client =>
-  new Proxy(client, {
-    get(target, property, receiver) {
-      if (property === "transaction") {
-        return async (mode?: Libsql.TransactionMode) => {
-          const deadline = Date.now() + writerWait
-          for (let delay = 2;; delay = Math.min(delay * 2, 100)) {
-            const attempt = open()
-            try {
-              // The transaction keeps the connection; the client object is no longer needed.
-              return await attempt.transaction(mode)
-            } catch (error) {
-              attempt.close()
-              if (!isBusy(error) || Date.now() > deadline) throw error
-              await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random())))
-            }
-          }
-        }
+class TransactionOn implements Libsql.Transaction {
+  #ended = false
+  constructor(private readonly connection: Libsql.Client, private readonly done: (sound: boolean) => void) {}
+  execute(stmt: Libsql.InStatement) {
+    return this.connection.execute(stmt)
+  }
+  async batch(stmts: Array<Libsql.InStatement>) {
+    const results: Array<Libsql.ResultSet> = []
+    for (const stmt of stmts) results.push(await this.connection.execute(stmt))
+    return results
+  }
+  executeMultiple(): Promise<void> {
+    return Promise.reject(new Error("executeMultiple is not used in a runner-storage transaction"))
+  }
+  /** Runs the statement that ends the transaction; a connection whose COMMIT or ROLLBACK failed is not reused. */
+  async #end(statement: "COMMIT" | "ROLLBACK") {
+    if (this.#ended) return
+    this.#ended = true
+    try {
+      await this.connection.execute(statement)
+      this.done(true)
+    } catch (error) {
+      this.done(false)
+      throw error
+    }
+  }
+  rollback() {
+    return this.#end("ROLLBACK")
+  }
+  commit() {
+    return this.#end("COMMIT")
+  }
+  close() {
+    this.#end("ROLLBACK").catch(() => undefined)
+  }
+  get closed() {
+    return this.#ended
+  }
+}
+
+/**
+ * The libsql client with write transactions that wait for another process's to end, all on one
+ * connection of their own (@effect/sql-libsql runs one transaction at a time per client), closed
+ * with the client. libsql has no busy timeout, so BEGIN IMMEDIATE fails at once while another
+ * runner writes; then @effect/sql-libsql 0.42 never gives back the permit it took for the
+ * transaction (every later query of the client waits forever: the runner stops refreshing its
+ * shard locks), and the failed statement stays in progress on its connection (a later COMMIT there
+ * fails, leaving the write lock held). So a connection whose BEGIN (or COMMIT, ROLLBACK) failed is
+ * closed and replaced (`open`), and the BEGIN is retried with backoff for up to `writerWait`.
+ */
+export const waitingForWriters = (client: Libsql.Client, open: () => Libsql.Client): Libsql.Client => {
+  let idle: Libsql.Client | undefined
+  const transaction = async (mode: Libsql.TransactionMode = "write"): Promise<Libsql.Transaction> => {
+    const deadline = Date.now() + writerWait
+    for (let delay = 2;; delay = Math.min(delay * 2, 100)) {
+      const connection = idle ?? open()
+      idle = undefined
+      try {
+        await connection.execute(beginOf(mode))
+      } catch (error) {
+        connection.close()
+        if (!isBusy(error) || Date.now() > deadline) throw error
+        await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random())))
+        continue
       }
+      return new TransactionOn(connection, (sound) => {
+        if (sound && idle === undefined && !client.closed) idle = connection
+        else connection.close()
+      })
+    }
+  }
+  const close = () => {
+    idle?.close()
+    idle = undefined
+    client.close()
+  }
+  return new Proxy(client, {
+    get(target, property, receiver) {
+      if (property === "transaction") return transaction
+      if (property === "close") return close
       const value: unknown = Reflect.get(target, property, receiver)
       return typeof value === "function" ? value.bind(target) : value
     }
   })
+}
+
+/**
+ * The error with its cause in its message (the driver's own: SQLITE_BUSY, a refused connection, a
+ * failed login), since the CLI prints a failure's message alone and @effect/sql's is only "Failed
+ * to execute statement".
+ */
+export const withCause = <E>(error: E): E | SqlError => {
+  if (!(error instanceof SqlError) || !(error.cause instanceof Error) || error.message.includes(error.cause.message)) return error
+  const code = "code" in error.cause && typeof error.cause.code === "string" ? ` (${error.cause.code})` : ""
+  return new SqlError({ cause: error.cause, message: `${error.message}: ${error.cause.message}${code}` })
+}
 
 /** The table prefix of the runner storage. */
 export const tablePrefix = "nativegen_cluster"
@@ -127,4 +203,4 @@ export const layer = (
   Layer.scoped(
     RunnerStorage.RunnerStorage,
     Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryStart), retrying)
-  ).pipe(Layer.provideMerge(layerSqlClient(spec)))
+  ).pipe(Layer.provideMerge(layerSqlClient(spec)), Layer.mapError(withCause))

@@ -10,12 +10,20 @@
  *
  * Keys are bounded (least recently used forgotten first). Thoughts are not compared: clients
  * drop `reasoning_content`, and the runtime holds what was generated anyway.
+ *
+ * Where the keys' last turns are kept is `KeyedTurns`: in this server's memory unless the context
+ * has another (a cluster runner keeps them in the cluster's storage, src/cluster/SharedKeys.ts, so
+ * a client that reaches another runner with the same key continues its conversation there). A
+ * turn is remembered before its Done chunk reaches the client, so the client's next request finds
+ * it wherever it goes.
  */
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import * as Option from "effect/Option"
+import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { ChatMessage, Checkpoint, type GenerateChunk, type GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 
@@ -32,10 +40,32 @@ export class KeyedConversations extends Context.Tag("nativegen/http/KeyedConvers
   readonly generate: (key: string | undefined, request: GenerateRequest) => Stream.Stream<GenerateChunk, ProviderError>
 }>() {}
 
-interface Turn {
-  /** The messages sent, then the reply as the client resends it. */
-  readonly messages: ReadonlyArray<ChatMessage>
-  readonly checkpoint: Checkpoint
+/** A key's last turn: the messages sent, then the reply as the client resends it; and the turn's checkpoint. */
+export const KeyedTurn = Schema.Struct({
+  messages: Schema.Array(ChatMessage),
+  checkpoint: Checkpoint
+})
+export type KeyedTurn = typeof KeyedTurn.Type
+
+/** Where each key's last turn is kept. Neither call fails: a turn that cannot be read or kept is a turn not known. */
+export class KeyedTurns extends Context.Tag("nativegen/http/KeyedTurns")<KeyedTurns, {
+  readonly get: (key: string) => Effect.Effect<KeyedTurn | undefined>
+  readonly set: (key: string, turn: KeyedTurn) => Effect.Effect<void>
+}>() {}
+
+/** This server's own memory of keys: at most MAX_KEYS, the least recently used forgotten first. */
+export const inMemory = (): KeyedTurns["Type"] => {
+  /** Insertion order is recency: a key used again is moved to the end. */
+  const turns = new Map<string, KeyedTurn>()
+  return KeyedTurns.of({
+    get: (key) => Effect.sync(() => turns.get(key)),
+    set: (key, turn) =>
+      Effect.sync(() => {
+        turns.delete(key)
+        turns.set(key, turn)
+        if (turns.size > MAX_KEYS) turns.delete(turns.keys().next().value!)
+      })
+  })
 }
 
 /** What of a message a resent history must repeat: role, content, tool calls (name and arguments), tool call id. */
@@ -63,41 +93,32 @@ export const replyOf = (chunks: ReadonlyArray<GenerateChunk>): ChatMessage => {
 
 export const make = Effect.gen(function*() {
   const provider = yield* Provider
-  /** Insertion order is recency: a key used again is moved to the end. */
-  const turns = new Map<string, Turn>()
-
-  const remember = (key: string, turn: Turn) => {
-    turns.delete(key)
-    turns.set(key, turn)
-    if (turns.size > MAX_KEYS) turns.delete(turns.keys().next().value!)
-  }
+  // A cluster runner's context holds the cluster-wide keys; a single server keeps its own.
+  const turns = Option.getOrElse(yield* Effect.serviceOption(KeyedTurns), inMemory)
 
   const generate = (key: string | undefined, request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
     if (key === undefined) return provider.generate(request)
-    return Stream.suspend(() => {
-      const conversation = `http:${key}`
-      const plain: GenerateRequest = { ...request, conversation }
-      const last = turns.get(key)
-      const continued = request.prompt === undefined && last !== undefined && extendsTurn(request.messages, last.messages)
+    const conversation = `http:${key}`
+    const plain: GenerateRequest = { ...request, conversation }
+    if (request.prompt !== undefined) return provider.generate(plain)
+    return Stream.unwrap(Effect.map(turns.get(key), (last) => {
+      const continued = last !== undefined && extendsTurn(request.messages, last.messages)
       const run = continued
         ? provider.generate({ ...plain, checkpoint: last.checkpoint }).pipe(
           // Refused before any output (the checkpoint is checked first): run it as a plain turn.
           Stream.catchTag("InvalidCheckpoint", () => provider.generate(plain))
         )
         : provider.generate(plain)
-      if (request.prompt !== undefined) return run
       const seen: Array<GenerateChunk> = []
       return run.pipe(
-        Stream.tap((chunk) =>
-          Effect.sync(() => {
-            if (chunk._tag !== "Done") return seen.push(chunk)
-            if (chunk.checkpoint !== undefined) {
-              remember(key, { messages: [...request.messages, replyOf(seen)], checkpoint: chunk.checkpoint })
-            }
-          })
-        )
+        Stream.tap((chunk) => {
+          if (chunk._tag !== "Done") return Effect.sync(() => seen.push(chunk))
+          return chunk.checkpoint === undefined
+            ? Effect.void
+            : turns.set(key, { messages: [...request.messages, replyOf(seen)], checkpoint: chunk.checkpoint })
+        })
       )
-    })
+    }))
   }
 
   return KeyedConversations.of({ generate })

@@ -1,49 +1,223 @@
 /**
- * The SQLite runner storage with two clients on one file, as two runners have: a write
- * transaction that meets another's waits for it instead of failing, and the client goes on
- * answering afterwards (with @effect/sql-libsql 0.42 alone, the failed BEGIN leaked the client's
- * permit and every later query waited forever: a runner stopped refreshing its shard locks).
+ * The runner storage as several runners use it, on both backends: SQLite (one file, as runners on
+ * one host share it) and PostgreSQL (the server in NATIVEGEN_TEST_POSTGRES, a database of its own
+ * per test; skipped with the reason in the test's name where there is none). Each "runner" here
+ * is a storage layer of its own (its own SQL client and connections), as a runner process has.
+ *
+ * - A write transaction that meets another's waits for it instead of failing, and the client
+ *   goes on answering afterwards (with @effect/sql-libsql 0.42 alone, the failed BEGIN leaked the
+ *   client's permit and every later query waited forever: a runner stopped refreshing its locks).
+ * - Runners starting together all create the tables (a race on PostgreSQL's catalog) and work.
+ * - A shard is held by one runner at a time; released, another takes it.
+ * - PostgreSQL: a runner whose connection dies loses its shard locks at once (the server drops a
+ *   dead session's advisory locks) and learns so at its next refresh.
  */
+import * as Runner from "@effect/cluster/Runner"
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as RunnerStorage from "@effect/cluster/RunnerStorage"
+import * as ShardId from "@effect/cluster/ShardId"
+import * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import { assert, describe, it } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as Context from "effect/Context"
 import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
 import * as Fiber from "effect/Fiber"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
+import * as Schedule from "effect/Schedule"
+import * as Scope from "effect/Scope"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as V8 from "node:v8"
+import * as Vm from "node:vm"
+import * as Placement from "../../src/cluster/Placement.js"
+import * as SharedKeys from "../../src/cluster/SharedKeys.js"
+import * as Status from "../../src/cluster/Status.js"
 import * as Storage from "../../src/cluster/Storage.js"
+import { freePort } from "./free-port.js"
+import { freshDatabase, named, unavailable } from "./postgres.js"
 
-const client = (file: string) =>
-  Effect.map(Layer.build(Layer.fresh(Storage.layerSqlClient({ _tag: "Sqlite", file }))), (context) => Context.get(context, SqlClient.SqlClient))
+interface Backend {
+  readonly name: string
+  /** Why it cannot be tested here. */
+  readonly skipped: string | undefined
+  /** A storage of its own for the scope (a new file, a new database). */
+  readonly fresh: Effect.Effect<Storage.StorageSpec, never, Scope.Scope>
+}
 
-describe("SQLite runner storage", () => {
-  it.live("a write transaction waits for another runner's, and the client keeps answering", () =>
+const sqlite: Backend = {
+  name: "SQLite",
+  skipped: undefined,
+  fresh: Effect.map(
+    Effect.acquireRelease(
+      Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngs-"))),
+      (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+    ),
+    (dir) => ({ _tag: "Sqlite", file: Path.join(dir, "cluster.db") })
+  )
+}
+
+const postgres: Backend = {
+  name: "PostgreSQL",
+  skipped: unavailable,
+  fresh: Effect.map(freshDatabase, (url) => ({ _tag: "Postgres", url: Redacted.make(url) }))
+}
+
+const SHARDS = 4
+const config = ShardingConfig.layer({ shardsPerGroup: SHARDS, shardLockExpiration: "5 seconds" })
+
+/** The SQL client a runner would have on `spec`. */
+const client = (spec: Storage.StorageSpec) =>
+  Effect.map(Layer.build(Layer.fresh(Storage.layerSqlClient(spec))), (context) => Context.get(context, SqlClient.SqlClient))
+
+/** The runner storage a runner would have on `spec` (with its own SQL client). */
+const runnerStorage = (spec: Storage.StorageSpec) =>
+  Effect.map(
+    Layer.build(Layer.fresh(Storage.layer(spec).pipe(Layer.provide(config)))),
+    (context) => ({ storage: Context.get(context, RunnerStorage.RunnerStorage), sql: Context.get(context, SqlClient.SqlClient) })
+  )
+
+const addressOf = (name: string) => RunnerAddress.make({ host: name, port: 1 })
+const shards = Array.from({ length: SHARDS }, (_, i) => ShardId.make("default", i + 1))
+const names = (ids: ReadonlyArray<ShardId.ShardId>) => ids.map((s) => s.toString()).sort()
+
+for (const backend of [sqlite, postgres]) {
+  const title = `${backend.name} runner storage`
+  describe.skipIf(backend.skipped !== undefined)(backend.skipped === undefined ? title : `${title} [skipped: ${backend.skipped}]`, () => {
+    it.live("a write transaction waits for another runner's, and the client keeps answering", () =>
+      Effect.gen(function*() {
+        const spec = yield* backend.fresh
+        const a = yield* client(spec)
+        const b = yield* client(spec)
+        yield* a`CREATE TABLE t (x INTEGER)`
+        // A writes and holds its transaction open until B has tried to begin one.
+        const inside = yield* Deferred.make<void>()
+        const release = yield* Deferred.make<void>()
+        const holding = yield* a.withTransaction(
+          a`INSERT INTO t VALUES (1)`.pipe(Effect.zipRight(Deferred.succeed(inside, undefined)), Effect.zipRight(Deferred.await(release)))
+        ).pipe(Effect.fork)
+        yield* Deferred.await(inside)
+        const writing = yield* b.withTransaction(b`INSERT INTO t VALUES (2)`).pipe(Effect.fork)
+        // B's BEGIN meets A's write lock for a while (the other runner holding it).
+        yield* Effect.sleep("200 millis")
+        yield* Deferred.succeed(release, undefined)
+        yield* Fiber.join(holding)
+        yield* Fiber.join(writing).pipe(Effect.timeout("10 seconds"))
+        const rows = yield* b<{ n: number | string }>`SELECT count(*) AS n FROM t`.pipe(Effect.timeout("5 seconds"))
+        assert.strictEqual(Number(rows[0]?.n), 2)
+      }).pipe(Effect.scoped), 30_000)
+
+    it.live("runners starting together all create the tables, register and see each other (heartbeats shown alike)", () =>
+      Effect.gen(function*() {
+        const spec = yield* backend.fresh
+        const runners = yield* Effect.forEach(["r1", "r2", "r3", "r4"], (name) =>
+          Effect.gen(function*() {
+            const { sql, storage } = yield* runnerStorage(spec)
+            yield* Effect.all([Placement.createTable, SharedKeys.createTable]).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+            yield* storage.register(Runner.make({ address: addressOf(name), groups: ["default"], weight: 1 }), true)
+            return storage
+          }), { concurrency: "unbounded" })
+        const snapshot = yield* Status.snapshot.pipe(Effect.provideService(SqlClient.SqlClient, yield* client(spec)))
+        for (const runner of snapshot.runners) assert.match(runner.lastHeartbeat, /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d$/)
+        const seen = yield* runners[0]!.getRunners
+        assert.deepStrictEqual(seen.map(([r, healthy]) => `${r.address.host} ${healthy}`).sort(), [
+          "r1 true",
+          "r2 true",
+          "r3 true",
+          "r4 true"
+        ])
+      }).pipe(Effect.scoped), 60_000)
+
+    it.live("a shard is held by one runner at a time; released, another runner takes it", () =>
+      Effect.gen(function*() {
+        const spec = yield* backend.fresh
+        const a = yield* runnerStorage(spec)
+        const b = yield* runnerStorage(spec)
+        assert.deepStrictEqual(names(yield* a.storage.acquire(addressOf("a"), shards)), names(shards))
+        assert.deepStrictEqual(yield* b.storage.acquire(addressOf("b"), shards), [])
+        assert.deepStrictEqual(names(yield* a.storage.refresh(addressOf("a"), shards)), names(shards))
+        yield* a.storage.release(addressOf("a"), shards[0]!)
+        assert.deepStrictEqual(names(yield* b.storage.acquire(addressOf("b"), shards)), names([shards[0]!]))
+        assert.deepStrictEqual(names(yield* a.storage.refresh(addressOf("a"), shards)), names(shards.slice(1)))
+      }).pipe(Effect.scoped), 60_000)
+  })
+}
+
+describe.skipIf(unavailable !== undefined)(named("PostgreSQL runner storage, a runner's connection lost"), () => {
+  it.live("its shard locks go at once to another runner, and it learns so at its next refresh", () =>
     Effect.gen(function*() {
-      const dir = yield* Effect.acquireRelease(
-        Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngs-"))),
-        (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+      const spec = yield* postgres.fresh
+      const a = yield* runnerStorage(spec)
+      const b = yield* runnerStorage(spec)
+      assert.deepStrictEqual(names(yield* a.storage.acquire(addressOf("a"), shards)), names(shards))
+      // The server ends the session holding the advisory locks (as when A's host or process dies).
+      const ended = yield* b.sql<{ ended: boolean }>`
+        WITH holders AS MATERIALIZED (SELECT DISTINCT pid FROM pg_locks WHERE locktype = 'advisory' AND granted)
+        SELECT pg_terminate_backend(pid) AS ended FROM holders`
+      assert.deepStrictEqual(ended.map((row) => row.ended), [true])
+      const taken = yield* b.storage.acquire(addressOf("b"), shards).pipe(
+        Effect.filterOrFail((got) => got.length === SHARDS),
+        Effect.retry(Schedule.spaced("50 millis").pipe(Schedule.upTo("5 seconds")))
       )
-      const file = Path.join(dir, "cluster.db")
-      const a = yield* client(file)
-      const b = yield* client(file)
-      yield* a`CREATE TABLE t (x INTEGER)`
-      // A writes and holds its transaction open until B has tried to begin one.
-      const inside = yield* Deferred.make<void>()
-      const release = yield* Deferred.make<void>()
-      const holding = yield* a.withTransaction(
-        a`INSERT INTO t VALUES (1)`.pipe(Effect.zipRight(Deferred.succeed(inside, undefined)), Effect.zipRight(Deferred.await(release)))
-      ).pipe(Effect.fork)
-      yield* Deferred.await(inside)
-      const writing = yield* b.withTransaction(b`INSERT INTO t VALUES (2)`).pipe(Effect.fork)
-      // B's BEGIN meets A's write lock for a while (the other runner holding it).
-      yield* Effect.sleep("200 millis")
-      yield* Deferred.succeed(release, undefined)
-      yield* Fiber.join(holding)
-      yield* Fiber.join(writing).pipe(Effect.timeout("10 seconds"))
-      const rows = yield* b<{ n: number }>`SELECT count(*) AS n FROM t`.pipe(Effect.timeout("5 seconds"))
-      assert.strictEqual(rows[0]?.n, 2)
+      assert.deepStrictEqual(names(taken), names(shards))
+      // A's refresh (on a new connection) finds none of its locks held.
+      const kept = yield* a.storage.refresh(addressOf("a"), shards).pipe(Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("5 seconds"))))
+      assert.deepStrictEqual(kept, [])
+    }).pipe(Effect.scoped), 60_000)
+})
+
+/** This process's open file descriptors on `file` and its companions (-wal, -shm, -journal). */
+const openOn = (file: string) =>
+  Fs.readdirSync("/proc/self/fd").filter((fd) => {
+    try {
+      return Fs.readlinkSync(`/proc/self/fd/${fd}`).startsWith(file)
+    } catch {
+      return false
+    }
+  }).length
+
+/** A full garbage collection (V8's gc, exposed at run time). */
+const collectGarbage = () => {
+  V8.setFlagsFromString("--expose-gc")
+  const gc: unknown = Vm.runInNewContext("gc")
+  if (typeof gc === "function") gc()
+}
+
+describe.skipIf(!Fs.existsSync("/proc/self/fd"))("SQLite runner storage connections", () => {
+  it.live("write transactions close their connections, and closing the storage closes the rest: no file left open", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const scope = yield* Scope.make()
+      const sql = yield* client(spec).pipe(Scope.extend(scope))
+      yield* sql`CREATE TABLE t (x INTEGER)`
+      const idle = openOn(file)
+      assert.isAbove(idle, 0)
+      for (let i = 0; i < 10; i++) yield* sql.withTransaction(sql`INSERT INTO t VALUES (${i})`)
+      // A failed transaction (rolled back) too.
+      yield* sql.withTransaction(Effect.zipRight(sql`INSERT INTO t VALUES (99)`, Effect.fail("undo"))).pipe(Effect.flip)
+      // The main connection and the one for transactions (its database file and WAL).
+      assert.isAtMost(openOn(file), idle + 2, "descriptors after 11 transactions")
+      const rows = yield* sql<{ n: number }>`SELECT count(*) AS n FROM t`
+      assert.strictEqual(rows[0]?.n, 10)
+      yield* Scope.close(scope, Exit.void)
+      // libsql releases a closed connection's files when its statements are collected (it has no finalize).
+      collectGarbage()
+      yield* Effect.sleep("50 millis")
+      collectGarbage()
+      assert.strictEqual(openOn(file), 0, "descriptors after the storage's scope closed")
+    }).pipe(Effect.scoped), 30_000)
+})
+
+describe("runner storage errors", () => {
+  it.live("a PostgreSQL server that does not answer is named with the driver's reason, not only \"Failed to execute statement\"", () =>
+    Effect.gen(function*() {
+      const port = yield* freePort
+      const spec: Storage.StorageSpec = { _tag: "Postgres", url: Redacted.make(`postgres://nobody:secret@127.0.0.1:${port}/none`) }
+      const error = yield* Effect.flip(runnerStorage(spec))
+      assert.include(error.message, "ECONNREFUSED")
     }).pipe(Effect.scoped), 30_000)
 })
