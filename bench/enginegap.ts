@@ -1,0 +1,310 @@
+/**
+ * `npm run bench enginegap`: where a plain in-process node-llama-cpp decode loop (bench/_inprocess.ts)
+ * and llama.cpp's own server (bench/peer/LlamaServer.ts, built from the same llama.cpp source)
+ * spend their CPU per decoded token, on the same model, prompt tokens, threads, context, batch and
+ * greedy settings. Per round the two sides alternate which goes first; each decodes GAP_TOKENS
+ * tokens after the same prompt (the server streams them over HTTP, as the peer benchmark asks it).
+ * For each side it reads the CPU time of every thread of the process (/proc/<pid>/task/<tid>/
+ * schedstat) around the decode alone (the in-process loop waits for a line on stdin once loaded),
+ * and with GAP_PERF (default on) samples that window with `perf record -g` (attached to the
+ * process, enabled and disabled through perf's control fifo, so it holds the decode and nothing
+ * else) and splits the samples into: ggml's compute kernels, graph building and scheduling
+ * (libllama, ggml-base), sampling over the vocabulary, libc (memcpy/memset/malloc), the kernel,
+ * and the rest (Node/V8/libuv and N-API for the in-process loop; HTTP, JSON and the tokenizer for
+ * the server), in CPU ms per token. It also names the library each side runs: the libggml-cpu
+ * variant mapped by the in-process loop, and the server's build (bin/build.json).
+ *
+ * Prints a table and writes bench/results/enginegap.json. Environment: GAP_TOKENS (256),
+ * GAP_ROUNDS (2), GAP_THREADS (1), GAP_PERF ("0": no perf pass), GAP_CONTEXT (2048),
+ * BENCH_MODEL (qwen-bench). Nice it: `nice -n 5 npm run bench enginegap`.
+ */
+import * as Effect from "effect/Effect"
+import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Readline from "node:readline"
+import { ensureModel, projectRoot } from "../fixtures/models.js"
+import { benchModel } from "./_target.js"
+import * as LlamaServer from "./peer/LlamaServer.js"
+import { chatMl, userPrompt } from "./peer/Prompts.js"
+
+const TOKENS = Number(process.env.GAP_TOKENS ?? 256)
+const ROUNDS = Number(process.env.GAP_ROUNDS ?? 2)
+const THREADS = Number(process.env.GAP_THREADS ?? 1)
+const PERF = process.env.GAP_PERF !== "0" && ChildProcess.spawnSync("perf", ["--version"]).status === 0
+const CONTEXT = Number(process.env.GAP_CONTEXT ?? 2048)
+const BATCH = 512
+const PERF_HZ = 1999
+const modelName = benchModel("qwen-bench")
+const modelPath = ensureModel(modelName)
+const loadavg = () => Fs.readFileSync("/proc/loadavg", "utf8").trim().split(" ").slice(0, 3).join(" ")
+const work = Fs.mkdtempSync(Path.join(Os.tmpdir(), "enginegap-"))
+
+// ---------------------------------------------------------------------------------------------
+// CPU time of a process: every thread's on-CPU nanoseconds (/proc/<pid>/task/<tid>/schedstat)
+// ---------------------------------------------------------------------------------------------
+
+/** CPU ms of every thread of `pid` (threads that ended since are lost: none end in a decode). */
+const cpuMs = (pid: number): number => {
+  let ns = 0
+  for (const tid of Fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      ns += Number(Fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0])
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return ns / 1e6
+}
+
+// ---------------------------------------------------------------------------------------------
+// perf: attached to a process, recording only between enable and disable
+// ---------------------------------------------------------------------------------------------
+
+interface Recording {
+  readonly enable: () => Promise<void>
+  /** Disables, stops perf and waits for its data file. */
+  readonly finish: () => Promise<string>
+}
+
+const perfCommand = (fifo: string, command: "enable" | "disable") =>
+  new Promise<void>((resolve, reject) => {
+    const ack = Fs.createReadStream(`${fifo}.ack`)
+    ack.once("data", () => {
+      ack.destroy()
+      resolve()
+    })
+    ack.once("error", reject)
+    Fs.writeFileSync(`${fifo}.ctl`, `${command}\n`)
+  })
+
+const record = (pid: number, name: string): Recording => {
+  const fifo = Path.join(work, name)
+  for (const end of ["ctl", "ack"]) ChildProcess.execFileSync("mkfifo", [`${fifo}.${end}`])
+  const data = `${fifo}.data`
+  const perf = ChildProcess.spawn("nice", [
+    "-n", "5", "perf", "record", "-q", "-F", String(PERF_HZ), "-g", "-D", "-1",
+    "--control", `fifo:${fifo}.ctl,${fifo}.ack`, "-p", String(pid), "-o", data
+  ], { stdio: ["ignore", "ignore", "inherit"] })
+  const exited = new Promise<void>((resolve) => perf.once("close", () => resolve()))
+  return {
+    enable: () => perfCommand(fifo, "enable"),
+    finish: async () => {
+      await perfCommand(fifo, "disable")
+      perf.kill("SIGINT")
+      await exited
+      return data
+    }
+  }
+}
+
+/** Where a sample's CPU went. */
+const categories = ["ggml kernels", "graph & scheduling", "sampling", "libc", "kernel", "rest"] as const
+type Category = typeof categories[number]
+
+const categoryOf = (dso: string, symbol: string): Category => {
+  if (dso.startsWith("[kernel") || symbol.startsWith("[k]")) return "kernel"
+  const sym = symbol.replace(/^\[[.k]\]\s*/, "")
+  if (/sampler|setTokenCandidates|SampleToken|llama_token_data|top_k|__introsort|__adjust_heap|__insertion_sort|partial_sort|nth_element/.test(sym)) return "sampling"
+  if (/^libggml-cpu/.test(dso)) return "ggml kernels"
+  if (/^(ggml_compute_forward|ggml_vec_|ggml_gemv|ggml_gemm|ggml_graph_compute|ggml_barrier|ggml_cpu_|ggml_fp16_to|ggml_fp32_to|ggml_cpu_fp|quantize_row|dequantize_row|ggml_v_|ggml_compute_|simd_gemm|.*tinyBLAS|.*llamafile|ggml_thread|ggml_cpu_extra)/.test(sym)) return "ggml kernels"
+  if (/^libllama|^libggml/.test(dso)) return "graph & scheduling"
+  if (/^(llama_|llm_|ggml_|gguf_)/.test(sym) || /^(llama_|llm_)/.test(sym.replace(/^.*?::/, ""))) return "graph & scheduling"
+  if (/^libc[.-]|^libm[.-]|^ld-linux/.test(dso)) return "libc"
+  return "rest"
+}
+
+interface Profile {
+  readonly share: Record<Category, number>
+  /** The symbols with the most self time: share of the samples, where it is. */
+  readonly top: ReadonlyArray<{ readonly share: number; readonly dso: string; readonly symbol: string; readonly category: Category }>
+  readonly samples: number
+}
+
+const report = (data: string): Profile => {
+  const out = ChildProcess.execFileSync("perf", [
+    "report", "-i", data, "--stdio", "--no-children", "-g", "none", "--sort", "dso,sym", "--percent-limit", "0"
+  ], { encoding: "utf8", maxBuffer: 256 * 1024 * 1024, stdio: ["ignore", "pipe", "ignore"] })
+  const share = Object.fromEntries(categories.map((c) => [c, 0])) as Record<Category, number>
+  const top: Array<Profile["top"][number]> = []
+  let samples = 0
+  for (const line of out.split("\n")) {
+    const count = /^# Samples: (\d+)/.exec(line)
+    if (count !== null) samples += Number(count[1])
+    const m = /^\s+([\d.]+)%\s+(\S+)\s+(\[[.k]\]\s+.*)$/.exec(line)
+    if (m === null) continue
+    const [, percent, dso, symbol] = m
+    const category = categoryOf(dso!, symbol!.startsWith("[k]") ? symbol! : symbol!.slice(4))
+    share[category] += Number(percent) / 100
+    top.push({ share: Number(percent) / 100, dso: dso!, symbol: symbol!.replace(/^\[[.k]\]\s*/, "").trim(), category })
+  }
+  return { share, top: top.sort((a, b) => b.share - a.share).slice(0, 15), samples }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The two sides
+// ---------------------------------------------------------------------------------------------
+
+interface Decoded {
+  /** Decoded tokens counted by the side's own timing (after the first) and their wall ms. */
+  readonly tokens: number
+  readonly ms: number
+  /** CPU ms of the whole process over the window: prompt (the same short one for both), decode, delivery. */
+  readonly cpuMs: number
+  readonly generated: ReadonlyArray<number>
+  readonly profile: Profile | undefined
+}
+
+/** The libggml-cpu variant (and ggml/llama libraries) a process has mapped. */
+const mappedLibraries = (pid: number): ReadonlyArray<string> =>
+  Array.from(new Set(
+    Fs.readFileSync(`/proc/${pid}/maps`, "utf8").split("\n")
+      .map((l) => l.split(/\s+/)[5] ?? "")
+      .filter((f) => /lib(ggml|llama)[^/]*\.so/.test(f))
+      .map((f) => Path.basename(f))
+  )).sort()
+
+/** One in-process decode in its own process (bench/_inprocess.ts with its handshake). */
+const inProcess = async (prompt: ReadonlyArray<number>, round: number, libraries: Array<string>): Promise<Decoded> => {
+  const child = ChildProcess.spawn(process.execPath, [
+    ...(PERF ? ["--perf-basic-prof-only-functions"] : []),
+    "--import", "tsx", Path.join(import.meta.dirname, "_inprocess.ts"),
+    modelPath, JSON.stringify(prompt), String(TOKENS + 1), String(THREADS), "1"
+  ], { env: { ...process.env, UV_THREADPOOL_SIZE: "1", INPROCESS_HANDSHAKE: "1", INPROCESS_CONTEXT: String(CONTEXT) }, stdio: ["pipe", "pipe", "inherit"] })
+  const lines = Readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
+  const ready = await lines.next()
+  if (ready.value !== "ready") throw new Error(`the in-process loop said ${JSON.stringify(ready.value)}`)
+  if (round === 0) libraries.push(...mappedLibraries(child.pid!))
+  const perf = PERF ? record(child.pid!, `inprocess-${round}`) : undefined
+  await perf?.enable()
+  const before = cpuMs(child.pid!)
+  const exited = new Promise<void>((resolve) => child.once("close", () => resolve()))
+  child.stdin!.write("go\n")
+  const result = await lines.next()
+  const after = cpuMs(child.pid!)
+  const data = await perf?.finish()
+  child.stdin!.end("exit\n")
+  await exited
+  const [r] = JSON.parse(String(result.value)) as Array<{ tokens: number; ms: number; generated: Array<number> }>
+  return { tokens: r!.tokens, ms: r!.ms, cpuMs: after - before, generated: r!.generated, profile: data === undefined ? undefined : report(data) }
+}
+
+interface Timings {
+  readonly predicted_n: number
+  readonly predicted_ms: number
+}
+
+/** One streamed greedy completion of the prompt tokens from llama-server. */
+const server = async (url: string, pid: number, prompt: ReadonlyArray<number>, round: number): Promise<Decoded> => {
+  const perf = PERF ? record(pid, `server-${round}`) : undefined
+  await perf?.enable()
+  const before = cpuMs(pid)
+  const response = await fetch(`${url}/completion`, {
+    method: "POST",
+    headers: { "content-type": "application/json" },
+    body: JSON.stringify({ prompt, n_predict: TOKENS + 1, temperature: 0, stream: true, cache_prompt: false, return_tokens: true })
+  })
+  const text = await response.text()
+  const after = cpuMs(pid)
+  const data = await perf?.finish()
+  const generated: Array<number> = []
+  let timings: Timings | undefined
+  for (const line of text.split("\n")) {
+    if (!line.startsWith("data: ")) continue
+    const event = JSON.parse(line.slice(6)) as { tokens?: Array<number>; stop?: boolean; timings?: Timings }
+    generated.push(...(event.tokens ?? []))
+    if (event.stop === true) timings = event.timings
+  }
+  if (timings === undefined) throw new Error(`no final event from llama-server: ${text.slice(-500)}`)
+  // predicted_n counts the first token too; its time is the prompt's.
+  return { tokens: timings.predicted_n - 1, ms: timings.predicted_ms, cpuMs: after - before, generated, profile: data === undefined ? undefined : report(data) }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+// ---------------------------------------------------------------------------------------------
+
+const median = (xs: ReadonlyArray<number>) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length === 0 ? Number.NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+
+const program = Effect.scoped(Effect.gen(function*() {
+  const built = yield* LlamaServer.ensureBuilt(projectRoot)
+  const running = yield* LlamaServer.start(built.binary, { model: modelPath, threads: THREADS, contextSize: CONTEXT, batchSize: BATCH, parallel: 1 })
+  return yield* Effect.promise(async () => {
+    const tokenized = await fetch(`${running.url}/tokenize`, {
+      method: "POST",
+      headers: { "content-type": "application/json" },
+      body: JSON.stringify({ content: chatMl(userPrompt("enginegap", 30)), add_special: false, parse_special: true })
+    })
+    const prompt = ((await tokenized.json()) as { tokens: Array<number> }).tokens
+    // A warm-up request: the server's first graph allocations are not the steady state.
+    await server(running.url, running.pid, prompt, -1).catch(() => undefined)
+    const libraries: Array<string> = []
+    const sides = { inProcess: [] as Array<Decoded>, server: [] as Array<Decoded> }
+    const loads: Array<string> = [loadavg()]
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = round % 2 === 0 ? ["inProcess", "server"] as const : ["server", "inProcess"] as const
+      for (const side of order) {
+        sides[side].push(side === "inProcess" ? await inProcess(prompt, round, libraries) : await server(running.url, running.pid, prompt, round))
+      }
+      loads.push(loadavg())
+    }
+    return { built, prompt, libraries, sides, loads }
+  })
+}))
+
+const { built, libraries, loads, prompt, sides } = await Effect.runPromise(program)
+Fs.rmSync(work, { recursive: true, force: true })
+
+const summary = (decoded: ReadonlyArray<Decoded>) => {
+  const perToken = (d: Decoded) => d.cpuMs / (d.tokens + 1)
+  const share = Object.fromEntries(categories.map((c) => [c, median(decoded.map((d) => d.profile?.share[c] ?? Number.NaN))])) as Record<Category, number>
+  const cpu = median(decoded.map(perToken))
+  return {
+    tokensPerSecond: median(decoded.map((d) => (d.tokens * 1000) / d.ms)),
+    cpuMsPerToken: cpu,
+    cpuMsPerTokenByCategory: Object.fromEntries(categories.map((c) => [c, share[c] * cpu])) as Record<Category, number>,
+    top: decoded.at(-1)?.profile?.top ?? [],
+    samples: decoded.map((d) => d.profile?.samples ?? 0)
+  }
+}
+const a = summary(sides.inProcess)
+const b = summary(sides.server)
+const sameTokens = sides.inProcess.every((d) => sides.server.every((s) => s.generated.join() === d.generated.join()))
+const result = {
+  date: new Date().toISOString(),
+  model: modelName,
+  threads: THREADS,
+  contextSize: CONTEXT,
+  batchSize: BATCH,
+  promptTokens: prompt.length,
+  decodeTokens: TOKENS,
+  rounds: ROUNDS,
+  loads,
+  sameGreedyTokens: sameTokens,
+  inProcess: { libraries, ...a },
+  llamaServer: { build: { cpuVariant: built.cpuVariant, linked: "static", cmakeArguments: built.cmakeArguments }, ...b }
+}
+Fs.mkdirSync(Path.join(projectRoot, "bench", "results"), { recursive: true })
+Fs.writeFileSync(Path.join(projectRoot, "bench", "results", "enginegap.json"), JSON.stringify(result, null, 2) + "\n")
+
+const f = (x: number, digits = 2) => Number.isFinite(x) ? x.toFixed(digits) : "-"
+console.log(`enginegap: ${modelName}, ${THREADS} thread(s), ${TOKENS} tokens after a ${prompt.length}-token prompt, ${ROUNDS} rounds, load ${loads.join(" / ")}`)
+console.log(`in-process maps: ${libraries.join(", ")}; llama-server: static, ${built.cpuVariant} flags`)
+console.log(`greedy tokens identical on both sides: ${sameTokens}`)
+console.log(`| | in-process | llama-server | difference |`)
+console.log(`|---|---|---|---|`)
+console.log(`| decode tok/s (own timing) | ${f(a.tokensPerSecond, 1)} | ${f(b.tokensPerSecond, 1)} | ${f(a.tokensPerSecond / b.tokensPerSecond)}x |`)
+console.log(`| CPU ms per token, whole process | ${f(a.cpuMsPerToken)} | ${f(b.cpuMsPerToken)} | ${f(a.cpuMsPerToken - b.cpuMsPerToken)} |`)
+if (PERF) {
+  for (const c of categories) {
+    console.log(`| - ${c} | ${f(a.cpuMsPerTokenByCategory[c])} | ${f(b.cpuMsPerTokenByCategory[c])} | ${f(a.cpuMsPerTokenByCategory[c] - b.cpuMsPerTokenByCategory[c])} |`)
+  }
+  for (const [name, side] of [["in-process", a], ["llama-server", b]] as const) {
+    console.log(`\ntop self time, ${name} (last round, ms/token):`)
+    for (const t of side.top) console.log(`  ${f(t.share * side.cpuMsPerToken, 3)}  ${t.category.padEnd(18)} ${t.dso}  ${t.symbol.slice(0, 90)}`)
+  }
+}
