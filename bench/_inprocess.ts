@@ -21,6 +21,7 @@ const prompt = typeof given === "string" ? model.tokenize(given, true) : given
 const context = await model.createContext({ contextSize: Number(process.env.INPROCESS_CONTEXT ?? 2048), threads, batchSize: 512 })
 const sequence = context.getSequence()
 const handshake = process.env.INPROCESS_HANDSHAKE === "1"
+const prefillChunk = Number(process.env.INPROCESS_PREFILL_CHUNK ?? 0)
 const nextLine = () => new Promise<void>((resolve) => process.stdin.once("data", () => resolve()))
 if (handshake) {
   console.log("ready")
@@ -39,7 +40,16 @@ for (let r = 0; r < Number(roundsArg); r++) {
   let firstCpu = 0
   let n = 0
   const generated: Array<number> = []
-  for await (const token of sequence.evaluate(prompt, { temperature: 0 })) {
+  // INPROCESS_PREFILL_CHUNK: prefill all but the last prompt token in native calls of that many
+  // tokens, as the engine does (its 128-token grid); otherwise one evaluate (512-token batches).
+  let rest = prompt
+  if (prefillChunk > 0) {
+    for (let at = 0; at < prompt.length - 1; at += prefillChunk) {
+      await sequence.evaluateWithoutGeneratingNewTokens(prompt.slice(at, Math.min(at + prefillChunk, prompt.length - 1)))
+    }
+    rest = prompt.slice(-1)
+  }
+  for await (const token of sequence.evaluate(rest, { temperature: 0 })) {
     generated.push(token)
     if (n === 0) {
       first = performance.now()

@@ -34,6 +34,11 @@ const ROUNDS = Number(process.env.GAP_ROUNDS ?? 2)
 const THREADS = Number(process.env.GAP_THREADS ?? 1)
 const PERF = process.env.GAP_PERF !== "0" && ChildProcess.spawnSync("perf", ["--version"]).status === 0
 const CONTEXT = Number(process.env.GAP_CONTEXT ?? 2048)
+/** decode: GAP_TOKENS greedy tokens after a short prompt; prefill: a prompt of about GAP_PREFILL_WORDS tokens, then one token. */
+const MODE = process.env.GAP_MODE === "prefill" ? "prefill" : "decode"
+const PREFILL_WORDS = Number(process.env.GAP_PREFILL_WORDS ?? 1000)
+/** The engine's prefill call size on the CPU (ChildSettings.defaultPrefillChunk). */
+const PREFILL_CHUNK = Number(process.env.GAP_PREFILL_CHUNK ?? 128)
 const BATCH = 512
 const PERF_HZ = 1999
 const modelName = benchModel("qwen-bench")
@@ -56,6 +61,19 @@ const cpuMs = (pid: number): number => {
     }
   }
   return ns / 1e6
+}
+
+/** Voluntary context switches of every thread of `pid`: a thread waiting for another (a hand-off), not preempted. */
+const switches = (pid: number): number => {
+  let n = 0
+  for (const tid of Fs.readdirSync(`/proc/${pid}/task`)) {
+    try {
+      for (const m of Fs.readFileSync(`/proc/${pid}/task/${tid}/status`, "utf8").matchAll(/^voluntary_ctxt_switches:\s+(\d+)/gm)) n += Number(m[1])
+    } catch {
+      // the thread ended between the listing and the read
+    }
+  }
+  return n
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -117,6 +135,8 @@ const categoryOf = (dso: string, symbol: string): Category => {
 
 interface Profile {
   readonly share: Record<Category, number>
+  /** The "rest" by library (node, JIT code, the N-API addon, libstdc++ ...). */
+  readonly rest: Record<string, number>
   /** The symbols with the most self time: share of the samples, where it is. */
   readonly top: ReadonlyArray<{ readonly share: number; readonly dso: string; readonly symbol: string; readonly category: Category }>
   readonly samples: number
@@ -128,30 +148,38 @@ const report = (data: string): Profile => {
   ], { encoding: "utf8", maxBuffer: 256 * 1024 * 1024, stdio: ["ignore", "pipe", "ignore"] })
   const share = Object.fromEntries(categories.map((c) => [c, 0])) as Record<Category, number>
   const top: Array<Profile["top"][number]> = []
+  const rest: Record<string, number> = {}
   let samples = 0
   for (const line of out.split("\n")) {
-    const count = /^# Samples: (\d+)/.exec(line)
-    if (count !== null) samples += Number(count[1])
+    const count = /^# Samples: ([\d.]+)([KM]?)/.exec(line)
+    if (count !== null) samples += Number(count[1]) * (count[2] === "K" ? 1e3 : count[2] === "M" ? 1e6 : 1)
     const m = /^\s+([\d.]+)%\s+(\S+)\s+(\[[.k]\]\s+.*)$/.exec(line)
     if (m === null) continue
     const [, percent, dso, symbol] = m
     const category = categoryOf(dso!, symbol!.startsWith("[k]") ? symbol! : symbol!.slice(4))
     share[category] += Number(percent) / 100
+    if (category === "rest") {
+      const library = dso!.startsWith("perf-") ? "JIT (V8)" : dso!
+      rest[library] = (rest[library] ?? 0) + Number(percent) / 100
+    }
     top.push({ share: Number(percent) / 100, dso: dso!, symbol: symbol!.replace(/^\[[.k]\]\s*/, "").trim(), category })
   }
-  return { share, top: top.sort((a, b) => b.share - a.share).slice(0, 15), samples }
+  return { share, rest, top: top.sort((a, b) => b.share - a.share).slice(0, 15), samples }
 }
 
 // ---------------------------------------------------------------------------------------------
-// The two sides
+// The sides
 // ---------------------------------------------------------------------------------------------
 
-interface Decoded {
-  /** Decoded tokens counted by the side's own timing (after the first) and their wall ms. */
-  readonly tokens: number
+interface Measured {
+  /** Units of work counted by the side's own timing and their wall ms: decoded tokens after the first, or prompt tokens. */
+  readonly units: number
   readonly ms: number
-  /** CPU ms of the whole process over the window: prompt (the same short one for both), decode, delivery. */
+  /** CPU ms of the whole process over the window, and the units it is divided by (decode: every decoded token). */
   readonly cpuMs: number
+  readonly cpuUnits: number
+  /** Voluntary context switches of the process over the window. */
+  readonly switches: number
   readonly generated: ReadonlyArray<number>
   readonly profile: Profile | undefined
 }
@@ -165,48 +193,64 @@ const mappedLibraries = (pid: number): ReadonlyArray<string> =>
       .map((f) => Path.basename(f))
   )).sort()
 
-/** One in-process decode in its own process (bench/_inprocess.ts with its handshake). */
-const inProcess = async (prompt: ReadonlyArray<number>, round: number, libraries: Array<string>): Promise<Decoded> => {
+/**
+ * One in-process run in its own process (bench/_inprocess.ts with its handshake): decode, or
+ * prefill (the prompt, then one token) in native calls of `chunk` tokens (0: one evaluate, split
+ * into 512-token batches by node-llama-cpp, as llama-server splits it).
+ */
+const inProcess = (chunk: number, libraries: Array<string>) => async (prompt: ReadonlyArray<number>, round: number): Promise<Measured> => {
   const child = ChildProcess.spawn(process.execPath, [
     ...(PERF ? ["--perf-basic-prof-only-functions"] : []),
     "--import", "tsx", Path.join(import.meta.dirname, "_inprocess.ts"),
-    modelPath, JSON.stringify(prompt), String(TOKENS + 1), String(THREADS), "1"
-  ], { env: { ...process.env, UV_THREADPOOL_SIZE: "1", INPROCESS_HANDSHAKE: "1", INPROCESS_CONTEXT: String(CONTEXT) }, stdio: ["pipe", "pipe", "inherit"] })
+    modelPath, JSON.stringify(prompt), String(MODE === "decode" ? TOKENS + 1 : 1), String(THREADS), "1"
+  ], {
+    env: { ...process.env, UV_THREADPOOL_SIZE: "1", INPROCESS_HANDSHAKE: "1", INPROCESS_CONTEXT: String(CONTEXT), INPROCESS_PREFILL_CHUNK: String(chunk) },
+    stdio: ["pipe", "pipe", "inherit"]
+  })
   const lines = Readline.createInterface({ input: child.stdout! })[Symbol.asyncIterator]()
   const ready = await lines.next()
   if (ready.value !== "ready") throw new Error(`the in-process loop said ${JSON.stringify(ready.value)}`)
-  if (round === 0) libraries.push(...mappedLibraries(child.pid!))
-  const perf = PERF ? record(child.pid!, `inprocess-${round}`) : undefined
+  if (libraries.length === 0) libraries.push(...mappedLibraries(child.pid!))
+  const perf = PERF ? record(child.pid!, `inprocess-${chunk}-${round}`) : undefined
   await perf?.enable()
   const before = cpuMs(child.pid!)
+  const switchesBefore = switches(child.pid!)
   const exited = new Promise<void>((resolve) => child.once("close", () => resolve()))
   child.stdin!.write("go\n")
   const result = await lines.next()
   const after = cpuMs(child.pid!)
+  const switchesAfter = switches(child.pid!)
   const data = await perf?.finish()
   child.stdin!.end("exit\n")
   await exited
-  const [r] = JSON.parse(String(result.value)) as Array<{ tokens: number; ms: number; generated: Array<number> }>
-  return { tokens: r!.tokens, ms: r!.ms, cpuMs: after - before, generated: r!.generated, profile: data === undefined ? undefined : report(data) }
+  const [r] = JSON.parse(String(result.value)) as Array<{ tokens: number; ms: number; firstTokenMs: number; generated: Array<number> }>
+  const measured = MODE === "decode"
+    ? { units: r!.tokens, ms: r!.ms, cpuUnits: r!.tokens + 1 }
+    : { units: prompt.length, ms: r!.firstTokenMs, cpuUnits: prompt.length }
+  return { ...measured, cpuMs: after - before, switches: switchesAfter - switchesBefore, generated: r!.generated, profile: data === undefined ? undefined : report(data) }
 }
 
 interface Timings {
+  readonly prompt_n: number
+  readonly prompt_ms: number
   readonly predicted_n: number
   readonly predicted_ms: number
 }
 
-/** One streamed greedy completion of the prompt tokens from llama-server. */
-const server = async (url: string, pid: number, prompt: ReadonlyArray<number>, round: number): Promise<Decoded> => {
+/** One streamed greedy completion of the prompt tokens from llama-server (prefill: one token). */
+const server = (url: string, pid: number) => async (prompt: ReadonlyArray<number>, round: number): Promise<Measured> => {
   const perf = PERF ? record(pid, `server-${round}`) : undefined
   await perf?.enable()
   const before = cpuMs(pid)
+  const switchesBefore = switches(pid)
   const response = await fetch(`${url}/completion`, {
     method: "POST",
     headers: { "content-type": "application/json" },
-    body: JSON.stringify({ prompt, n_predict: TOKENS + 1, temperature: 0, stream: true, cache_prompt: false, return_tokens: true })
+    body: JSON.stringify({ prompt, n_predict: MODE === "decode" ? TOKENS + 1 : 1, temperature: 0, stream: true, cache_prompt: false, return_tokens: true })
   })
   const text = await response.text()
   const after = cpuMs(pid)
+  const switchesAfter = switches(pid)
   const data = await perf?.finish()
   const generated: Array<number> = []
   let timings: Timings | undefined
@@ -218,7 +262,10 @@ const server = async (url: string, pid: number, prompt: ReadonlyArray<number>, r
   }
   if (timings === undefined) throw new Error(`no final event from llama-server: ${text.slice(-500)}`)
   // predicted_n counts the first token too; its time is the prompt's.
-  return { tokens: timings.predicted_n - 1, ms: timings.predicted_ms, cpuMs: after - before, generated, profile: data === undefined ? undefined : report(data) }
+  const measured = MODE === "decode"
+    ? { units: timings.predicted_n - 1, ms: timings.predicted_ms, cpuUnits: timings.predicted_n }
+    : { units: timings.prompt_n, ms: timings.prompt_ms, cpuUnits: timings.prompt_n }
+  return { ...measured, cpuMs: after - before, switches: switchesAfter - switchesBefore, generated, profile: data === undefined ? undefined : report(data) }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -230,25 +277,37 @@ const median = (xs: ReadonlyArray<number>) => {
   return s.length === 0 ? Number.NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
 }
 
+type Run = (prompt: ReadonlyArray<number>, round: number) => Promise<Measured>
+
 const program = Effect.scoped(Effect.gen(function*() {
   const built = yield* LlamaServer.ensureBuilt(projectRoot)
   const running = yield* LlamaServer.start(built.binary, { model: modelPath, threads: THREADS, contextSize: CONTEXT, batchSize: BATCH, parallel: 1 })
   return yield* Effect.promise(async () => {
+    const words = MODE === "decode" ? 30 : PREFILL_WORDS
     const tokenized = await fetch(`${running.url}/tokenize`, {
       method: "POST",
       headers: { "content-type": "application/json" },
-      body: JSON.stringify({ content: chatMl(userPrompt("enginegap", 30)), add_special: false, parse_special: true })
+      body: JSON.stringify({ content: chatMl(userPrompt(`enginegap/${MODE}`, words)), add_special: false, parse_special: true })
     })
     const prompt = ((await tokenized.json()) as { tokens: Array<number> }).tokens
-    // A warm-up request: the server's first graph allocations are not the steady state.
-    await server(running.url, running.pid, prompt, -1).catch(() => undefined)
     const libraries: Array<string> = []
-    const sides = { inProcess: [] as Array<Decoded>, server: [] as Array<Decoded> }
+    // Decode: the plain loop; prefill: in the engine's 128-token calls and in 512-token batches as llama-server.
+    const sides: Array<{ readonly name: string; readonly run: Run; readonly results: Array<Measured> }> = [
+      ...(MODE === "decode"
+        ? [{ name: "in-process", run: inProcess(0, libraries), results: [] }]
+        : [
+          { name: `in-process ${PREFILL_CHUNK}-token calls`, run: inProcess(PREFILL_CHUNK, libraries), results: [] },
+          { name: "in-process 512-token batches", run: inProcess(0, libraries), results: [] }
+        ]),
+      { name: "llama-server", run: server(running.url, running.pid), results: [] }
+    ]
+    // A warm-up request: the server's first graph allocations are not the steady state.
+    await sides.at(-1)!.run(prompt, -1)
     const loads: Array<string> = [loadavg()]
     for (let round = 0; round < ROUNDS; round++) {
-      const order = round % 2 === 0 ? ["inProcess", "server"] as const : ["server", "inProcess"] as const
-      for (const side of order) {
-        sides[side].push(side === "inProcess" ? await inProcess(prompt, round, libraries) : await server(running.url, running.pid, prompt, round))
+      for (let k = 0; k < sides.length; k++) {
+        const side = sides[(k + round) % sides.length]!
+        side.results.push(await side.run(prompt, round))
       }
       loads.push(loadavg())
     }
@@ -259,52 +318,65 @@ const program = Effect.scoped(Effect.gen(function*() {
 const { built, libraries, loads, prompt, sides } = await Effect.runPromise(program)
 Fs.rmSync(work, { recursive: true, force: true })
 
-const summary = (decoded: ReadonlyArray<Decoded>) => {
-  const perToken = (d: Decoded) => d.cpuMs / (d.tokens + 1)
-  const share = Object.fromEntries(categories.map((c) => [c, median(decoded.map((d) => d.profile?.share[c] ?? Number.NaN))])) as Record<Category, number>
-  const cpu = median(decoded.map(perToken))
+const summary = (measured: ReadonlyArray<Measured>) => {
+  const share = Object.fromEntries(categories.map((c) => [c, median(measured.map((d) => d.profile?.share[c] ?? Number.NaN))])) as Record<Category, number>
+  const cpu = median(measured.map((d) => d.cpuMs / d.cpuUnits))
+  const restLibraries = Array.from(new Set(measured.flatMap((d) => Object.keys(d.profile?.rest ?? {}))))
   return {
-    tokensPerSecond: median(decoded.map((d) => (d.tokens * 1000) / d.ms)),
-    cpuMsPerToken: cpu,
-    cpuMsPerTokenByCategory: Object.fromEntries(categories.map((c) => [c, share[c] * cpu])) as Record<Category, number>,
-    top: decoded.at(-1)?.profile?.top ?? [],
-    samples: decoded.map((d) => d.profile?.samples ?? 0)
+    perSecond: median(measured.map((d) => (d.units * 1000) / d.ms)),
+    cpuMsPerUnit: cpu,
+    switchesPerUnit: median(measured.map((d) => d.switches / d.cpuUnits)),
+    cpuMsPerUnitByCategory: Object.fromEntries(categories.map((c) => [c, share[c] * cpu])) as Record<Category, number>,
+    restMsPerUnit: Object.fromEntries(
+      restLibraries.map((l): [string, number] => [l, median(measured.map((d) => d.profile?.rest[l] ?? 0)) * cpu]).sort((x, y) => y[1] - x[1])
+    ) as Record<string, number>,
+    top: measured.at(-1)?.profile?.top ?? [],
+    samples: measured.map((d) => d.profile?.samples ?? 0)
   }
 }
-const a = summary(sides.inProcess)
-const b = summary(sides.server)
-const sameTokens = sides.inProcess.every((d) => sides.server.every((s) => s.generated.join() === d.generated.join()))
+const summaries = sides.map((side) => ({ name: side.name, ...summary(side.results) }))
+const reference = summaries.at(-1)!
+const first = sides[0]!.results[0]!.generated.join()
+const sameTokens = sides.every((side) => side.results.every((d) => d.generated.join() === first))
+const unit = MODE === "decode" ? "decoded token" : "prompt token"
 const result = {
   date: new Date().toISOString(),
+  mode: MODE,
   model: modelName,
   threads: THREADS,
   contextSize: CONTEXT,
   batchSize: BATCH,
   promptTokens: prompt.length,
-  decodeTokens: TOKENS,
+  decodeTokens: MODE === "decode" ? TOKENS : 1,
   rounds: ROUNDS,
   loads,
+  unit,
   sameGreedyTokens: sameTokens,
-  inProcess: { libraries, ...a },
-  llamaServer: { build: { cpuVariant: built.cpuVariant, linked: "static", cmakeArguments: built.cmakeArguments }, ...b }
+  inProcessLibraries: libraries,
+  llamaServerBuild: { cpuVariant: built.cpuVariant, linked: "static", cmakeArguments: built.cmakeArguments },
+  sides: summaries
 }
 Fs.mkdirSync(Path.join(projectRoot, "bench", "results"), { recursive: true })
-Fs.writeFileSync(Path.join(projectRoot, "bench", "results", "enginegap.json"), JSON.stringify(result, null, 2) + "\n")
+Fs.writeFileSync(Path.join(projectRoot, "bench", "results", `enginegap-${MODE}-${THREADS}t.json`), JSON.stringify(result, null, 2) + "\n")
 
 const f = (x: number, digits = 2) => Number.isFinite(x) ? x.toFixed(digits) : "-"
-console.log(`enginegap: ${modelName}, ${THREADS} thread(s), ${TOKENS} tokens after a ${prompt.length}-token prompt, ${ROUNDS} rounds, load ${loads.join(" / ")}`)
+const row = (label: string, value: (s: typeof summaries[number]) => number, digits = 2, ratio = false) =>
+  console.log(`| ${label} | ${summaries.map((s) => f(value(s), digits)).join(" | ")} | ${summaries.slice(0, -1).map((s) => ratio ? `${f(value(s) / value(reference))}x` : f(value(s) - value(reference), digits)).join(" | ")} |`)
+console.log(`enginegap ${MODE}: ${modelName}, ${THREADS} thread(s), ${MODE === "decode" ? `${TOKENS} tokens after a ${prompt.length}-token prompt` : `a ${prompt.length}-token prompt`}, ${ROUNDS} rounds, load ${loads.join(" / ")}`)
 console.log(`in-process maps: ${libraries.join(", ")}; llama-server: static, ${built.cpuVariant} flags`)
-console.log(`greedy tokens identical on both sides: ${sameTokens}`)
-console.log(`| | in-process | llama-server | difference |`)
-console.log(`|---|---|---|---|`)
-console.log(`| decode tok/s (own timing) | ${f(a.tokensPerSecond, 1)} | ${f(b.tokensPerSecond, 1)} | ${f(a.tokensPerSecond / b.tokensPerSecond)}x |`)
-console.log(`| CPU ms per token, whole process | ${f(a.cpuMsPerToken)} | ${f(b.cpuMsPerToken)} | ${f(a.cpuMsPerToken - b.cpuMsPerToken)} |`)
+console.log(`greedy tokens identical on every side: ${sameTokens}`)
+console.log(`| per ${unit} | ${summaries.map((s) => s.name).join(" | ")} | ${summaries.slice(0, -1).map((s) => `${s.name} vs llama-server`).join(" | ")} |`)
+console.log(`|---|${summaries.map(() => "---|").join("")}${summaries.slice(0, -1).map(() => "---|").join("")}`)
+row(`${unit}s/s (own timing)`, (s) => s.perSecond, 1, true)
+row("voluntary context switches", (s) => s.switchesPerUnit, 2)
+row("CPU ms, whole process", (s) => s.cpuMsPerUnit, 3)
 if (PERF) {
-  for (const c of categories) {
-    console.log(`| - ${c} | ${f(a.cpuMsPerTokenByCategory[c])} | ${f(b.cpuMsPerTokenByCategory[c])} | ${f(a.cpuMsPerTokenByCategory[c] - b.cpuMsPerTokenByCategory[c])} |`)
+  for (const c of categories) row(`- ${c}`, (s) => s.cpuMsPerUnitByCategory[c], 3)
+  for (const s of summaries) {
+    console.log(`\n"rest" of ${s.name} by library (ms per ${unit}): ${Object.entries(s.restMsPerUnit).filter(([, ms]) => ms >= 0.0005).map(([l, ms]) => `${l} ${f(ms, 3)}`).join(", ")}`)
   }
-  for (const [name, side] of [["in-process", a], ["llama-server", b]] as const) {
-    console.log(`\ntop self time, ${name} (last round, ms/token):`)
-    for (const t of side.top) console.log(`  ${f(t.share * side.cpuMsPerToken, 3)}  ${t.category.padEnd(18)} ${t.dso}  ${t.symbol.slice(0, 90)}`)
+  for (const s of summaries) {
+    console.log(`\ntop self time, ${s.name} (last round, ms per ${unit}):`)
+    for (const t of s.top) console.log(`  ${f(t.share * s.cpuMsPerUnit, 3)}  ${t.category.padEnd(18)} ${t.dso}  ${t.symbol.slice(0, 90)}`)
   }
 }
