@@ -20,16 +20,32 @@ import { testChild } from "../support/engine.js"
 
 const CHUNK = 32
 
+/**
+ * The engine's parts as Engine.make composes them, with the contexts' batching schedule recording
+ * the Llama's thread limit at each native batch's dispatch (node-llama-cpp gives the batch that
+ * many threads when it dispatches it).
+ */
 const build = (threads: number, decodeThreads: number) =>
   Effect.gen(function*() {
-    const native = yield* Llama.make({ backend: "cpu", threads, decodeThreads, batchSize: 128 })
+    const llamaNative = yield* Llama.make({ backend: "cpu", threads, decodeThreads, batchSize: 128 })
+    const dispatchedAt: Array<number> = []
+    const native: Llama.Native = {
+      ...llamaNative,
+      batching: {
+        dispatchSchedule: (dispatch) =>
+          llamaNative.batching.dispatchSchedule(() => {
+            dispatchedAt.push(llamaNative.llama.maxThreads)
+            dispatch()
+          })
+      }
+    }
     const residents = yield* Residents.make(native, undefined)
     const generations = yield* Generation.make(native, residents, undefined)
     yield* Stream.runDrain(residents.load("generation", ensureModel("tiny"), 1024, 2))
     const words = Array.from({ length: 60 }, (_, i) => `word${i} and`).join(" ")
     const prompt = yield* residents.tokenize("generation", words, false)
     const context = (yield* residents.resident("generation")).context
-    return { native, generations, prompt, context }
+    return { native, generations, prompt, context, dispatchedAt }
   })
 
 let ids = 0
@@ -74,7 +90,7 @@ describe("decode threads", () => {
     assert.strictEqual(childSettingsFromEnv(without).decodeThreads, "auto")
   })
 
-  it.live("decode steps run at the decode threads, prefill at the evaluation threads; greedy output equals one thread's", () =>
+  it.live("a lone decode step runs at the decode threads, prefill and a batch of decode steps at the evaluation threads; greedy output equals one thread's", () =>
     Effect.gen(function*() {
       const cold = yield* Effect.scoped(Effect.gen(function*() {
         const { generations, prompt } = yield* build(1, 1)
@@ -94,6 +110,24 @@ describe("decode threads", () => {
         // And back: the next prefill runs at the evaluation threads again.
         yield* generate(generations, [...prompt].reverse(), 1, true)
         assert.strictEqual(context.currentThreads, 2)
+      }))
+      // Two generations at once: their decode steps start together and are dispatched as one
+      // native batch of two tokens, at the evaluation threads; each one's output is still its cold one.
+      yield* Effect.scoped(Effect.gen(function*() {
+        const { dispatchedAt, generations, native, prompt } = yield* build(2, 1)
+        // Both sequences hold the prompt's prefill first, so the native batches below are decodes only.
+        yield* generate(generations, prompt, 0, true)
+        yield* generate(generations, prompt, 1, true)
+        dispatchedAt.length = 0
+        const before = native.counters()
+        const [a, b] = yield* Effect.all([generate(generations, prompt, 0, false), generate(generations, prompt, 1, false)], { concurrency: 2 })
+        assert.deepStrictEqual(a, cold)
+        assert.deepStrictEqual(b, cold)
+        const after = native.counters()
+        // Some decode steps were batched together, and those batches ran at two threads.
+        assert.isAbove(after.batchedSteps - before.batchedSteps, after.batches - before.batches)
+        assert.include(dispatchedAt, 2)
+        assert.isTrue(dispatchedAt.every((n) => n === 1 || n === 2))
       }))
     }), { timeout: 120_000 })
 })

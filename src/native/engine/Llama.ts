@@ -93,8 +93,13 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
       llama.maxThreads = threads
       return run()
     }
+    // A decode step alone is one token: `decodeThreads`. Steps the gate starts together (one
+    // synchronous pass) are one native batch of several tokens: `threads`, as llama.cpp gives a
+    // batch of more than one token its batch threads.
+    let startedThisTurn = 0
     const decodeRun = decodeThreads === threads ? <A>(run: () => Promise<A>) => run : <A>(run: () => Promise<A>) => () => {
-      llama.maxThreads = decodeThreads
+      if (startedThisTurn++ === 0) queueMicrotask(() => (startedThisTurn = 0))
+      llama.maxThreads = startedThisTurn > 1 ? threads : decodeThreads
       return run()
     }
     const gate = yield* StepGate.make
