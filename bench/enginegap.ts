@@ -1,22 +1,28 @@
 /**
- * `npm run bench enginegap`: where a plain in-process node-llama-cpp decode loop (bench/_inprocess.ts)
- * and llama.cpp's own server (bench/peer/LlamaServer.ts, built from the same llama.cpp source)
- * spend their CPU per decoded token, on the same model, prompt tokens, threads, context, batch and
- * greedy settings. Per round the two sides alternate which goes first; each decodes GAP_TOKENS
- * tokens after the same prompt (the server streams them over HTTP, as the peer benchmark asks it).
- * For each side it reads the CPU time of every thread of the process (/proc/<pid>/task/<tid>/
- * schedstat) around the decode alone (the in-process loop waits for a line on stdin once loaded),
- * and with GAP_PERF (default on) samples that window with `perf record -g` (attached to the
- * process, enabled and disabled through perf's control fifo, so it holds the decode and nothing
- * else) and splits the samples into: ggml's compute kernels, graph building and scheduling
- * (libllama, ggml-base), sampling over the vocabulary, libc (memcpy/memset/malloc), the kernel,
- * and the rest (Node/V8/libuv and N-API for the in-process loop; HTTP, JSON and the tokenizer for
- * the server), in CPU ms per token. It also names the library each side runs: the libggml-cpu
- * variant mapped by the in-process loop, and the server's build (bin/build.json).
+ * `npm run bench enginegap`: where a plain in-process node-llama-cpp loop (bench/_inprocess.ts) and
+ * llama.cpp's own server (bench/peer/LlamaServer.ts, built from the same llama.cpp source) spend
+ * their CPU, on the same model, prompt tokens, threads, context, batch and greedy settings (both
+ * resolve to the same llama_context: n_batch = n_ubatch = 512, flash attention auto -> enabled,
+ * f16 KV, mmap, kv_unified false). Decode (GAP_MODE=decode, the default): GAP_TOKENS tokens after a
+ * short prompt, streamed over HTTP by the server as the peer benchmark asks it. Prefill
+ * (GAP_MODE=prefill): a prompt of about GAP_PREFILL_WORDS tokens then one token, in-process both in
+ * the engine's 128-token native calls (GAP_PREFILL_CHUNK) and in 512-token batches as the server.
+ * The sides alternate in rotated order each round. For each side it reads the CPU time and the
+ * voluntary context switches (hand-offs between threads) of every thread of the process
+ * (/proc/<pid>/task/<tid>/{schedstat,status}) around the measured work alone (the in-process loop
+ * waits for a line on stdin once loaded), and with GAP_PERF (default on) samples that window with
+ * `perf record -g` (attached to the process, enabled and disabled through perf's control fifo) and
+ * splits the samples into: ggml's compute kernels, graph building and scheduling (libllama,
+ * ggml-base), sampling over the vocabulary, libc, the kernel, and the rest (Node/V8/libuv and N-API
+ * for the in-process loop; HTTP, JSON and the tokenizer for the server), in CPU ms per token. It
+ * names the library each side runs: the libggml-cpu variant the in-process loop mapped, and the
+ * server's build (bin/build.json). Greedy tokens are checked to be identical on every side.
  *
- * Prints a table and writes bench/results/enginegap.json. Environment: GAP_TOKENS (256),
- * GAP_ROUNDS (2), GAP_THREADS (1), GAP_PERF ("0": no perf pass), GAP_CONTEXT (2048),
- * BENCH_MODEL (qwen-bench). Nice it: `nice -n 5 npm run bench enginegap`.
+ * Prints a table and writes bench/results/enginegap-<mode>-<threads>t.json. Environment:
+ * GAP_MODE (decode), GAP_TOKENS (256), GAP_ROUNDS (2), GAP_THREADS (1), GAP_PERF ("0": no perf
+ * pass), GAP_CONTEXT (2048), GAP_PREFILL_WORDS (1000), GAP_PREFILL_CHUNK (128), BENCH_MODEL
+ * (qwen-bench). Nice it: `nice -n 5 npm run bench enginegap`. Findings: docs/decisions.md,
+ * "The engine gap".
  */
 import * as Effect from "effect/Effect"
 import * as ChildProcess from "node:child_process"
