@@ -22,7 +22,7 @@ export const parseThreads = (value: string): Threads | undefined => {
  * Threads for decode steps when `decodeThreads` is "auto": the evaluation threads, less one when
  * they would take every CPU the child may run on (at least one). A decode step is short (a few ms)
  * and the per-token JavaScript of the child, host and client runs beside it; with ggml's threads on
- * every core, any of it stalls them at ggml's spin barrier (docs/decisions.md, "Decode threads").
+ * every core, any of it stalls them at ggml's spin barrier (docs/decisions.md, "The engine gap").
  * A count is used as given, at most `threads`.
  */
 export const resolveDecodeThreads = (decodeThreads: Threads | undefined, threads: number, cpus: number): number =>

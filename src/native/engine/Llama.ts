@@ -7,7 +7,9 @@
  * never left mid-call. `decodeStep` is a step that batches: the decode steps of generations that
  * are ready at the same boundary start together and node-llama-cpp evaluates them in one native
  * batch (StepGate.ts); `batching` is the context option that lets it, and counts the native
- * batches it dispatches.
+ * batches it dispatches. A step also sets the thread count its native calls run at: a lone decode
+ * step at the decode threads, every other step (prefill, scoring, a batch of decode steps) at the
+ * evaluation threads.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
