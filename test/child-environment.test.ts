@@ -10,7 +10,7 @@ import { childEnvironment, isInherited } from "../src/native/ChildEnvironment.js
 import { NativeWorker } from "../src/services/NativeWorker.js"
 import { testChild, workerLayer } from "./support/engine.js"
 
-const settingsNames = ["NATIVEGEN_BACKEND", "NATIVEGEN_THREADS", "NATIVEGEN_BATCH_SIZE", "NATIVEGEN_BATCH_DECODE", "UV_THREADPOOL_SIZE"]
+const settingsNames = ["NATIVEGEN_BACKEND", "NATIVEGEN_THREADS", "NATIVEGEN_BATCH_SIZE", "NATIVEGEN_BATCH_DECODE", "NATIVEGEN_DECODE_THREADS", "UV_THREADPOOL_SIZE"]
 
 const environOf = (pid: number): Record<string, string> =>
   Object.fromEntries(

@@ -18,11 +18,29 @@ export const parseThreads = (value: string): Threads | undefined => {
   return value.trim() !== "" && Number.isInteger(n) && n > 0 ? n : undefined
 }
 
+/**
+ * Threads for decode steps when `decodeThreads` is "auto": the evaluation threads, less one when
+ * they would take every CPU the child may run on (at least one). A decode step is short (a few ms)
+ * and the per-token JavaScript of the child, host and client runs beside it; with ggml's threads on
+ * every core, any of it stalls them at ggml's spin barrier (docs/decisions.md, "The engine gap").
+ * A count is used as given, at most `threads`.
+ */
+export const resolveDecodeThreads = (decodeThreads: Threads | undefined, threads: number, cpus: number): number =>
+  decodeThreads === undefined || decodeThreads === "auto"
+    ? threads >= cpus ? Math.max(1, threads - 1) : threads
+    : Math.min(decodeThreads, threads)
+
 export interface ChildSettings {
   /** Which llama.cpp build the child loads; "cpu" never touches GPU libraries. */
   readonly backend: Backend
   /** Threads for evaluation; the default 4 on two cores is ~140x slower (engine-notes.md). */
   readonly threads: Threads
+  /**
+   * Threads for decode steps (NATIVEGEN_DECODE_THREADS): "auto" (the default; `resolveDecodeThreads`)
+   * or a count. Prefill, scoring and every other native call use `threads`, as llama.cpp's own
+   * `--threads` and `--threads-batch` split them.
+   */
+  readonly decodeThreads?: Threads | undefined
   /** Largest batch in one native evaluation; prefill chunks never exceed it. */
   readonly batchSize: number
   /**
@@ -49,6 +67,7 @@ const backends: ReadonlyArray<Backend> = ["cpu", "cuda", "vulkan", "metal"]
 export const childSettingsToEnv = (settings: ChildSettings): Record<string, string> => ({
   NATIVEGEN_BACKEND: settings.backend,
   NATIVEGEN_THREADS: String(settings.threads),
+  NATIVEGEN_DECODE_THREADS: String(settings.decodeThreads ?? "auto"),
   NATIVEGEN_BATCH_SIZE: String(settings.batchSize),
   NATIVEGEN_BATCH_DECODE: settings.batchDecode === false ? "0" : "1",
   // One libuv worker: a second one lets ggml's helper thread and the step share a core (engine-notes.md).
@@ -66,6 +85,7 @@ export const childSettingsFromEnv = (env: NodeJS.ProcessEnv): ChildSettings => {
     backend,
     threads: (env.NATIVEGEN_THREADS === undefined ? undefined : parseThreads(env.NATIVEGEN_THREADS)) ??
       defaultChildSettings.threads,
+    decodeThreads: (env.NATIVEGEN_DECODE_THREADS === undefined ? undefined : parseThreads(env.NATIVEGEN_DECODE_THREADS)) ?? "auto",
     batchSize: positive(env.NATIVEGEN_BATCH_SIZE, defaultChildSettings.batchSize),
     batchDecode: env.NATIVEGEN_BATCH_DECODE !== "0"
   }

@@ -7,13 +7,16 @@
  * never left mid-call. `decodeStep` is a step that batches: the decode steps of generations that
  * are ready at the same boundary start together and node-llama-cpp evaluates them in one native
  * batch (StepGate.ts); `batching` is the context option that lets it, and counts the native
- * batches it dispatches.
+ * batches it dispatches. A step also sets the thread count its native calls run at: a lone decode
+ * step at the decode threads, every other step (prefill, scoring, a batch of decode steps) at the
+ * evaluation threads.
  */
 import * as Effect from "effect/Effect"
 import type * as Scope from "effect/Scope"
 import { getLlama, type Llama, LlamaLogLevel } from "node-llama-cpp"
 import { EngineFailure } from "../../domain/EngineError.js"
-import type { Threads } from "../ChildSettings.js"
+import * as Os from "node:os"
+import { resolveDecodeThreads, type Threads } from "../ChildSettings.js"
 import type { Backend, Lane } from "../Protocol.js"
 import * as StepGate from "../StepGate.js"
 import { reasonOf } from "./Checks.js"
@@ -22,6 +25,8 @@ export interface EngineOptions {
   readonly backend: Backend
   /** A count, or "auto": llama.cpp's math cores for this machine (`Native.threads` is the count used). */
   readonly threads: Threads
+  /** Threads of decode steps: "auto" (default) or a count (`resolveDecodeThreads`). */
+  readonly decodeThreads?: Threads | undefined
   /** Largest batch evaluated in one native call; prefill chunks never exceed it. */
   readonly batchSize: number
   /** Decode steps of concurrent generations as one native batch (default true); false: one step each. */
@@ -38,6 +43,8 @@ export interface Native {
   readonly options: EngineOptions
   /** Evaluation threads of every context: the configured count, or the machine's math cores for "auto". */
   readonly threads: number
+  /** Threads of decode steps (every other native call uses `threads`). */
+  readonly decodeThreads: number
   /** Layers offloaded to the GPU: none on the CPU backend, all (more than any model has) otherwise. */
   readonly gpuLayers: number
   /** Runs one native call atomically, in lane order at the gate; interruption waits for the step. */
@@ -80,12 +87,29 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
     // llama.cpp's own count (cpu_get_num_math): physical cores, performance cores on a hybrid CPU.
     const threads = options.threads === "auto" ? Math.max(1, llama.cpuMathCores) : options.threads
     llama.maxThreads = threads
+    const decodeThreads = resolveDecodeThreads(options.decodeThreads, threads, Os.availableParallelism())
+    // Every context wants `threads`; node-llama-cpp gives each native batch at most the Llama's
+    // maxThreads when it dispatches it, so a step sets the count its calls run at (steps never
+    // overlap at the gate; the decode steps of one batch all set the same count).
+    const batchThreads = decodeThreads === threads ? <A>(run: () => Promise<A>) => run : <A>(run: () => Promise<A>) => () => {
+      llama.maxThreads = threads
+      return run()
+    }
+    // A decode step alone is one token: `decodeThreads`. Steps the gate starts together (one
+    // synchronous pass) are one native batch of several tokens: `threads`, as llama.cpp gives a
+    // batch of more than one token its batch threads.
+    let startedThisTurn = 0
+    const decodeRun = decodeThreads === threads ? <A>(run: () => Promise<A>) => run : <A>(run: () => Promise<A>) => () => {
+      if (startedThisTurn++ === 0) queueMicrotask(() => (startedThisTurn = 0))
+      llama.maxThreads = startedThisTurn > 1 ? threads : decodeThreads
+      return run()
+    }
     const gate = yield* StepGate.make
     const step = <A>(operation: string, run: () => Promise<A>, lane: Lane = "foreground") =>
       gate.run(
         lane,
         Effect.uninterruptible(
-          Effect.tryPromise({ try: run, catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
+          Effect.tryPromise({ try: batchThreads(run), catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
         )
       )
     const stoppableStep = <A>(operation: string, run: (stop: StopRequest) => Promise<A>, lane: Lane) =>
@@ -93,7 +117,7 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
         lane,
         Effect.async<A, EngineFailure>((resume) => {
           const stop = { requested: false }
-          const settled = (async () => run(stop))().then(
+          const settled = batchThreads(async () => run(stop))().then(
             (a) => resume(Effect.succeed(a)),
             (cause: unknown) => resume(Effect.fail(new EngineFailure({ operation, reason: reasonOf(cause) })))
           )
@@ -105,9 +129,15 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
         })
       )
     const decodeStep = options.batchDecode === false
-      ? step
+      ? <A>(operation: string, run: () => Promise<A>, lane: Lane) =>
+        gate.run(
+          lane,
+          Effect.uninterruptible(
+            Effect.tryPromise({ try: decodeRun(run), catch: (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }) })
+          )
+        )
       : <A>(operation: string, run: () => Promise<A>, lane: Lane) =>
-        Effect.mapError(gate.batch(lane, run), (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }))
+        Effect.mapError(gate.batch(lane, decodeRun(run)), (cause) => new EngineFailure({ operation, reason: reasonOf(cause) }))
     let nativeBatches = 0
     const batching = {
       // node-llama-cpp's own "nextCycle" schedule, counted: one call per native batch it dispatches.
@@ -120,5 +150,5 @@ export const make = (options: EngineOptions): Effect.Effect<Native, EngineFailur
       const { batches, steps } = gate.batches()
       return { nativeBatches, batches, batchedSteps: steps }
     }
-    return { llama, options, threads, gpuLayers: llama.gpu === false ? 0 : 1_000, step, stoppableStep, decodeStep, contended: gate.contended, batching, counters }
+    return { llama, options, threads, decodeThreads, gpuLayers: llama.gpu === false ? 0 : 1_000, step, stoppableStep, decodeStep, contended: gate.contended, batching, counters }
   })
