@@ -7,7 +7,6 @@
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as Cause from "effect/Cause"
-import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Stream from "effect/Stream"
@@ -17,17 +16,10 @@ import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/doma
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer, testChild } from "../support/engine.js"
+import { answerOf, collect, doneOf } from "../support/generation.js"
 
 const vocab = qwen3Vocabulary()
 
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
-  return last
-}
 /**
  * The chunks without the Done chunk's timings (and checkpoint) and what it reused (a repeated
  * prompt keeps its whole prefill), which differ between runs.
@@ -38,8 +30,6 @@ const outputOf = (chunks: ReadonlyArray<GenerateChunk>) =>
       ? { stopReason: c.stopReason, promptTokens: c.usage.promptTokens, generatedTokens: c.usage.generatedTokens }
       : c
   )
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
 
 const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
   Effect.flatMap(Effect.exit(effect), (exit) => {
