@@ -1,6 +1,13 @@
-/** A generation through the runtime's Provider, collected, and what the tests read from its chunks. */
+/**
+ * A generation through the runtime's Provider, collected, and what the tests read from its chunks;
+ * the typed failure of a refused call.
+ */
+import { assert } from "@effect/vitest"
+import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
+import * as Exit from "effect/Exit"
+import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
 import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
 import { Provider } from "../../src/services/Provider.js"
@@ -29,3 +36,11 @@ export const textOf = (chunks: ReadonlyArray<GenerateChunk>, channel: "thought" 
 
 /** The answer channel's text. */
 export const answerOf = (chunks: ReadonlyArray<GenerateChunk>) => textOf(chunks, "answer")
+
+/** The typed failure of `effect`, which must fail (not die, not succeed). */
+export const failureOf = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.map(Effect.exit(effect), (exit) => {
+    assert(Exit.isFailure(exit), "expected a failure")
+    assert.isFalse(Cause.isDie(exit.cause), `a defect: ${Cause.pretty(exit.cause)}`)
+    return Option.getOrThrowWith(Cause.failureOption(exit.cause), () => new Error(`not a typed failure: ${Cause.pretty(exit.cause)}`))
+  })
