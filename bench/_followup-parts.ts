@@ -9,22 +9,20 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Stream from "effect/Stream"
 import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { ensureModel } from "../fixtures/models.js"
-import type { GenerateChunk, GenerateRequest } from "../src/domain/Inference.js"
+import type { GenerateRequest } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
-import { Provider } from "../src/services/Provider.js"
+import { turn } from "./_generation.js"
 import { followUp, history } from "./peer/Prompts.js"
 
 const threads = Number(process.argv[2] ?? 1)
 const rounds = Number(process.argv[3] ?? 2)
 const MiB = 1024 * 1024
-type Done = Extract<GenerateChunk, { _tag: "Done" }>
 
 /** CPU milliseconds a process has used (utime + stime, at 100 ticks per second). */
 const cpuOf = (pid: number | undefined) => {
@@ -33,23 +31,13 @@ const cpuOf = (pid: number | undefined) => {
   return (Number(fields[11]) + Number(fields[12])) * 10
 }
 
-const turn = (request: GenerateRequest) =>
+/** One turn (bench/_generation.ts) with the engine child's CPU time over it. */
+const childCpuTurn = (request: GenerateRequest) =>
   Effect.gen(function*() {
-    const provider = yield* Provider
     const pid = (yield* (yield* NativeWorker).readiness).pid
     const cpuBefore = cpuOf(pid)
-    let first: number | undefined
-    let done: Done | undefined
-    let answer = ""
-    const start = performance.now()
-    yield* Stream.runForEach(provider.generate(request), (chunk) =>
-      Effect.sync(() => {
-        if (chunk._tag === "Text") {
-          first ??= performance.now() - start
-          if (chunk.channel === "answer") answer += chunk.text
-        } else if (chunk._tag === "Done") done = chunk
-      }))
-    return { first: Math.round(first ?? NaN), childCpuMs: cpuOf(pid) - cpuBefore, done: done!, answer }
+    const t = yield* turn(request)
+    return { first: Math.round(t.firstText ?? NaN), childCpuMs: cpuOf(pid) - cpuBefore, done: t.done, answer: t.answer }
   })
 
 const program = Effect.gen(function*() {
@@ -57,8 +45,8 @@ const program = Effect.gen(function*() {
     const seed = `parts/${threads}/${r}`
     const conversation = `parts-${r}`
     const turn1 = history(seed, 3800)
-    const one = yield* turn({ messages: turn1, conversation, maxTokens: 4, sampling: { temperature: 0 } })
-    const two = yield* turn({
+    const one = yield* childCpuTurn({ messages: turn1, conversation, maxTokens: 4, sampling: { temperature: 0 } })
+    const two = yield* childCpuTurn({
       messages: followUp(seed, turn1, one.answer, 200),
       conversation,
       ...(one.done.checkpoint === undefined ? {} : { checkpoint: one.done.checkpoint }),

@@ -10,13 +10,11 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
 import { ensureModel, type ModelName } from "../fixtures/models.js"
-import { EngineUnavailable } from "../src/domain/EngineError.js"
 import { spawn } from "../src/native/ChildProcess.js"
-import * as Admission from "../src/services/Admission.js"
+import { admissionOver, childPlanner, mib, residentBytes, useRoleOnce } from "../test/support/admission-child.js"
 
 const cases = (process.env.BENCH_ADMISSION_CASES ?? "tiny:4096,bench:1024,bench:4096,bench:8192,qwen-bench:1024,qwen-bench:4096,qwen-bench:8192")
   .split(",")
@@ -25,44 +23,20 @@ const cases = (process.env.BENCH_ADMISSION_CASES ?? "tiny:4096,bench:1024,bench:
     return { model: model as ModelName, context: Number(context) }
   })
 
-const rss = (pid: number) =>
-  Effect.sync(() => Number(/VmRSS:\s+(\d+)/.exec(Fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024)
-const mib = (bytes: number) => (bytes / 1048576).toFixed(1)
-
 const measure = (model: ModelName, context: number) =>
   Effect.scoped(Effect.gen(function*() {
     const child = yield* spawn({ settings: { backend: "cpu", threads: 1, batchSize: 512 }, stopTimeout: Duration.seconds(3) })
     const { client } = child
     const hello = yield* client.Hello()
-    const before = yield* rss(child.pid)
-    const plan: Admission.Planner = (modelPath, contextSizes, sequences) =>
-      client.Plan({ modelPath, contextSizes, sequences }).pipe(
-        Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
-      )
-    const admission = yield* Admission.Admission.pipe(
-      Effect.provide(Admission.layer.pipe(
-        Layer.provide(Admission.DeviceInventory.layerPublished(hello)),
-        Layer.provide(Admission.AdmissionConfig.layerDefaults)
-      ))
-    )
+    const before = yield* residentBytes(child.pid)
+    const plan = childPlanner(client)
+    const admission = yield* admissionOver(hello)
     const admitted = yield* admission.admitContexts({ generation: { modelPath: ensureModel(model), cap: context } }, plan)
     const role = admitted.roles[0]!
-    const afterPlan = yield* rss(child.pid)
+    const afterPlan = yield* residentBytes(child.pid)
     yield* client.Load({ role: "generation", modelPath: role.modelPath, contextSize: role.contextSize, sequences: 1 }).pipe(Stream.runDrain)
-    const tokens = yield* client.Tokenize({ role: "generation", text: "the quick brown fox ".repeat(200), specialTokens: false })
-    yield* client.Begin({
-      generationId: "measure",
-      lane: "foreground",
-      sequence: 0,
-      prompt: tokens.slice(0, Math.min(tokens.length, 600, role.contextSize - 8)),
-      sampling: { temperature: 0 },
-      maxTokens: 2,
-      stopTokens: [],
-      prefillChunk: 512
-    })
-    yield* Stream.runDrain(client.Advance({ generationId: "measure", fromIndex: 0 }))
-    yield* client.End({ generationId: "measure" })
-    const measured = (yield* rss(child.pid)) - before
+    yield* useRoleOnce(client, "generation", role.contextSize, "the quick brown fox ".repeat(200))
+    const measured = (yield* residentBytes(child.pid)) - before
     const charged = role.weightsBytes + role.contextBytes
     const bare = yield* plan(role.modelPath, [role.contextSize], 1)
     const planContext = bare.contexts[0]!

@@ -26,7 +26,6 @@
  */
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Stream from "effect/Stream"
 import * as NodeFileSystem from "@effect/platform-node/NodeFileSystem"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
@@ -34,12 +33,13 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { ensureModel } from "../fixtures/models.js"
 import { benchBackend, benchModel } from "./_target.js"
-import type { ChatMessage, GenerateChunk, GenerateRequest, ReuseKind } from "../src/domain/Inference.js"
+import type { ChatMessage, GenerateRequest, ReuseKind } from "../src/domain/Inference.js"
 import * as Runtime from "../src/layers/Runtime.js"
 import * as Conversations from "../src/services/Conversations.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
 import { Provider } from "../src/services/Provider.js"
 import { Scheduler } from "../src/services/Scheduler.js"
+import { type Done, type Turn, turn } from "./_generation.js"
 import { wordsOf } from "./peer/Prompts.js"
 
 const ROUNDS = Number(process.env.BENCH_REUSE_ROUNDS ?? 5)
@@ -83,33 +83,6 @@ const timed = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     const t = performance.now()
     const value = yield* effect
     return { value, ms: performance.now() - t }
-  })
-
-type Done = Extract<GenerateChunk, { _tag: "Done" }>
-interface Turn {
-  readonly done: Done
-  /** Wall clock from running the stream to its first Text chunk (undefined: no Text chunk). */
-  readonly firstText: number | undefined
-  readonly wall: number
-  readonly answer: string
-}
-
-const turn = (request: GenerateRequest) =>
-  Effect.gen(function*() {
-    const provider = yield* Provider
-    let firstText: number | undefined
-    let done: Done | undefined
-    let answer = ""
-    const start = performance.now()
-    yield* Stream.runForEach(provider.generate(request), (chunk) =>
-      Effect.sync(() => {
-        if (chunk._tag === "Text") {
-          firstText ??= performance.now() - start
-          if (chunk.channel === "answer") answer += chunk.text
-        } else if (chunk._tag === "Done") done = chunk
-      }))
-    if (done === undefined) return yield* Effect.dieMessage("generation ended without a Done chunk")
-    return { done, firstText, wall: performance.now() - start, answer } satisfies Turn
   })
 
 /** A tiny conversation that takes over the least recently used slot. */

@@ -17,7 +17,6 @@
 import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Effect from "effect/Effect"
 import * as Schedule from "effect/Schedule"
-import * as Stream from "effect/Stream"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Inspector from "node:inspector"
@@ -27,6 +26,7 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import { ensureModel, projectRoot } from "../fixtures/models.js"
+import { tokenArrivals } from "./_generation.js"
 import { benchBackend, benchModel } from "./_target.js"
 import * as Nativegen from "./peer/Nativegen.js"
 import { chatMl, userPrompt } from "./peer/Prompts.js"
@@ -125,17 +125,7 @@ interface Streamed {
 /** One streamed greedy generation through the client: tokens, client reads and decode pace. */
 const streamed = (provider: Nativegen.Served["provider"], messages: ReturnType<typeof userPrompt>) =>
   Effect.gen(function*() {
-    const arrivals: Array<number> = []
-    let reads = 0
-    yield* Stream.runForEachChunk(
-      provider.generate({ messages, maxTokens: TOKENS, sampling: { temperature: 0 } }),
-      (chunks) =>
-        Effect.sync(() => {
-          reads++
-          const t = performance.now()
-          for (const chunk of chunks) if (chunk._tag === "Text") for (let i = 0; i < chunk.tokens.length; i++) arrivals.push(t)
-        })
-    )
+    const { arrivals, reads } = yield* tokenArrivals(provider.generate({ messages, maxTokens: TOKENS, sampling: { temperature: 0 } }))
     const first = arrivals[0]!
     const after = arrivals.filter((t) => t > first).length
     return { tokens: arrivals.length, messages: reads, msPerToken: (arrivals[arrivals.length - 1]! - first) / after } satisfies Streamed

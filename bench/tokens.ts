@@ -13,7 +13,6 @@ import * as NodeRuntime from "@effect/platform-node/NodeRuntime"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Stream from "effect/Stream"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -27,6 +26,7 @@ import * as Client from "../src/rpc/Client.js"
 import * as Server from "../src/rpc/Server.js"
 import { Provider } from "../src/services/Provider.js"
 import * as Store from "../src/services/Store.js"
+import { tokenArrivals } from "./_generation.js"
 
 const TOKENS = Number(process.env.TOKENS_COUNT ?? 300)
 const ROUNDS = Number(process.env.TOKENS_ROUNDS ?? 4)
@@ -79,19 +79,7 @@ const serve = (socketPath: string, storeRoot: string) =>
 /** One streamed generation: ms per decode token after the first, and tokens. */
 const generation = Effect.gen(function*() {
   const provider = yield* Provider
-  const arrivals: Array<number> = []
-  let reads = 0
-  yield* Stream.runForEachChunk(
-    provider.generate({ messages, maxTokens: TOKENS, sampling: { temperature: 0 } }),
-    (chunks) =>
-      Effect.sync(() => {
-        reads++
-        const t = performance.now()
-        for (const chunk of chunks) {
-          if (chunk._tag === "Text") for (let i = 0; i < chunk.tokens.length; i++) arrivals.push(t)
-        }
-      })
-  )
+  const { arrivals, reads } = yield* tokenArrivals(provider.generate({ messages, maxTokens: TOKENS, sampling: { temperature: 0 } }))
   return {
     tokens: arrivals.length,
     reads,

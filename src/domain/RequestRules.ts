@@ -10,6 +10,21 @@ import { type ChatMessage, CountRequest, DecideRequest, GenerateRequest, Prepare
 /** Most heads in one decision request, and most stop strings in one generation. */
 export const MAX_HEADS = 16
 export const MAX_STOP_STRINGS = 16
+/**
+ * Longest stop string, in characters: the output holds back any suffix that could still grow into
+ * one, and checks every stop string's prefixes against it at each piece of text (per token).
+ */
+export const MAX_STOP_STRING = 256
+/** Most labels in one head: the decision's one engine step scores every label in turn. */
+export const MAX_LABELS = 64
+/**
+ * Longest label, in tokens of the decision model: the engine scores a label as one batch with an
+ * output per token, and admission reserves the logits of that many outputs and no more (its CPU
+ * context charge, src/native/engine/ResidentMemory.ts). Checked once the label is tokenized.
+ */
+export const MAX_LABEL_TOKENS = 32
+/** Longest head name, in characters (it comes back with every label's result). */
+export const MAX_HEAD_NAME = 256
 /** Most candidates per step a generation may ask for (`topProbabilities`), as OpenAI allows. */
 export const MAX_TOP_PROBABILITIES = 20
 /** Longest conversation id. */
@@ -122,6 +137,10 @@ export const ValidGenerateRequest = GenerateRequest.pipe(Schema.filter(rules<Gen
   (r) =>
     (r.stop?.length ?? 0) > MAX_STOP_STRINGS ? broken(["stop"], `at most ${MAX_STOP_STRINGS} stop strings`) : undefined,
   (r) => (r.stop?.some((s) => s.length === 0) ? broken(["stop"], "a stop string must not be empty") : undefined),
+  (r) => {
+    const i = r.stop?.findIndex((s) => s.length > MAX_STOP_STRING) ?? -1
+    return i < 0 ? undefined : broken(["stop", i], `a stop string has at most ${MAX_STOP_STRING} characters`)
+  },
   ({ sampling }) =>
     sampling === undefined
       ? undefined
@@ -139,6 +158,14 @@ export const ValidGenerateRequest = GenerateRequest.pipe(Schema.filter(rules<Gen
 export const ValidDecideRequest = DecideRequest.pipe(Schema.filter(rules<DecideRequest>(
   (r) => (r.heads.length === 0 ? broken(["heads"], "at least one head is needed") : undefined),
   (r) => (r.heads.length > MAX_HEADS ? broken(["heads"], `at most ${MAX_HEADS} heads`) : undefined),
+  (r) => {
+    const i = r.heads.findIndex((h) => h.name.length > MAX_HEAD_NAME)
+    return i < 0 ? undefined : broken(["heads", i, "name"], `a head name has at most ${MAX_HEAD_NAME} characters`)
+  },
+  (r) => {
+    const i = r.heads.findIndex((h) => h.labels.length > MAX_LABELS)
+    return i < 0 ? undefined : broken(["heads", i, "labels"], `at most ${MAX_LABELS} labels in a head`)
+  },
   (r) =>
     typeof r.prompt !== "string"
       ? someMessages(["prompt"], r.prompt)

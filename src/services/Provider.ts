@@ -46,7 +46,7 @@ import * as Continuation from "./provider/Continuation.js"
 import { outputState } from "./provider/Output.js"
 import * as RecentGenerations from "./provider/RecentGenerations.js"
 import { ValidCountRequest, ValidDecideRequest, ValidGenerateRequest, ValidPrepareRequest } from "../domain/RequestRules.js"
-import { invalid, jsonSchemaOf, validate } from "./provider/Validation.js"
+import { checkLabelTokens, invalid, jsonSchemaOf, validate } from "./provider/Validation.js"
 import { ProviderConfig } from "./provider/ProviderConfig.js"
 import { Scheduler } from "./Scheduler.js"
 
@@ -335,6 +335,7 @@ export const make = Effect.gen(function*() {
     Effect.scoped(Effect.gen(function*() {
       const submitted = yield* Clock.currentTimeMillis
       yield* validateDecide(request)
+      const labels = [...new Set(request.heads.flatMap((h) => h.labels))]
       const { labelTokens, prompt } = yield* scheduler.beforeQueue(
         "decision",
         submitted,
@@ -342,13 +343,10 @@ export const make = Effect.gen(function*() {
           prompt: typeof request.prompt === "string"
             ? worker.tokenize("decision", request.prompt)
             : worker.render("decision", request.prompt),
-          labelTokens: Effect.forEach(
-            new Set(request.heads.flatMap((h) => h.labels)),
-            (label) => worker.tokenize("decision", label),
-            { concurrency: "unbounded" }
-          )
+          labelTokens: Effect.forEach(labels, (label) => worker.tokenize("decision", label), { concurrency: "unbounded" })
         })
       )
+      yield* checkLabelTokens(request.heads, new Map(labels.map((label, i) => [label, labelTokens[i]!.length])))
       // The exact budget, as for generations: the prompt and the longest label must fit the
       // admitted context, checked here with the numbers before anything is queued or scored.
       yield* admission.checkTokens("decision", prompt.length, Math.max(0, ...labelTokens.map((t) => t.length)))

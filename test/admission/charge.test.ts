@@ -10,21 +10,11 @@
 import { assert, describe, it } from "@effect/vitest"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
-import * as Fs from "node:fs"
 import { ensureModel, type ModelName } from "../../fixtures/models.js"
-import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { spawn } from "../../src/native/ChildProcess.js"
-import * as Admission from "../../src/services/Admission.js"
+import { admissionOver, childPlanner, hasProc, mib, residentBytes, useRoleOnce } from "../support/admission-child.js"
 import { testChild, testRunEnv } from "../support/engine.js"
-
-const hasProc = Fs.existsSync("/proc/self/status")
-
-const rss = (pid: number) =>
-  Effect.sync(() => Number(/VmRSS:\s+(\d+)/.exec(Fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024)
-
-const mib = (bytes: number) => (bytes / 1048576).toFixed(1)
 
 /** Charge and measured growth of one role in a fresh child. */
 const chargeVsMeasured = (model: ModelName, context: number) =>
@@ -32,36 +22,18 @@ const chargeVsMeasured = (model: ModelName, context: number) =>
     const child = yield* spawn({ settings: testChild, env: testRunEnv, stopTimeout: Duration.seconds(3) })
     const { client } = child
     const hello = yield* client.Hello()
-    const baseline = yield* rss(child.pid)
-    const plan: Admission.Planner = (modelPath, contextSizes, sequences) =>
-      client.Plan({ modelPath, contextSizes, sequences }).pipe(
-        Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
-      )
-    const admission = yield* Admission.Admission.pipe(
-      Effect.provide(Admission.layer.pipe(
-        Layer.provide(Admission.DeviceInventory.layerPublished(hello)),
-        Layer.provide(Admission.AdmissionConfig.layerDefaults)
-      ))
+    const baseline = yield* residentBytes(child.pid)
+    const admission = yield* admissionOver(hello)
+    const admitted = yield* admission.admitContexts(
+      { generation: { modelPath: ensureModel(model), cap: context } },
+      childPlanner(client)
     )
-    const admitted = yield* admission.admitContexts({ generation: { modelPath: ensureModel(model), cap: context } }, plan)
     const role = admitted.roles[0]!
     yield* client.Load({ role: "generation", modelPath: role.modelPath, contextSize: role.contextSize, sequences: 1 }).pipe(
       Stream.runDrain
     )
-    const tokens = yield* client.Tokenize({ role: "generation", text: "the quick brown fox ".repeat(200), specialTokens: false })
-    yield* client.Begin({
-      generationId: "measure",
-      lane: "foreground",
-      sequence: 0,
-      prompt: tokens.slice(0, Math.min(tokens.length, 600, role.contextSize - 8)),
-      sampling: { temperature: 0 },
-      maxTokens: 2,
-      stopTokens: [],
-      prefillChunk: 512
-    })
-    yield* Stream.runDrain(client.Advance({ generationId: "measure", fromIndex: 0 }))
-    yield* client.End({ generationId: "measure" })
-    const measured = (yield* rss(child.pid)) - baseline
+    yield* useRoleOnce(client, "generation", role.contextSize, "the quick brown fox ".repeat(200))
+    const measured = (yield* residentBytes(child.pid)) - baseline
     const charged = role.weightsBytes + role.contextBytes
     return { model, context: role.contextSize, charged, measured, ratio: charged / measured }
   }))

@@ -11,25 +11,15 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
-import * as Fs from "node:fs"
 import { ensureModel } from "../../fixtures/models.js"
-import { EngineUnavailable } from "../../src/domain/EngineError.js"
 import { type EngineChild, spawn } from "../../src/native/ChildProcess.js"
 import type { Role } from "../../src/native/Protocol.js"
-import * as Admission from "../../src/services/Admission.js"
+import { admissionOver, childPlanner, hasProc, mib, residentBytes, useRoleOnce } from "../support/admission-child.js"
 import { testChild, testRunEnv } from "../support/engine.js"
 
 class Child extends Context.Tag("test/admission/Child")<Child, EngineChild>() {}
 
 const childLayer = Layer.scoped(Child, spawn({ settings: testChild, env: testRunEnv, stopTimeout: Duration.seconds(3) }))
-
-const hasProc = Fs.existsSync("/proc/self/status")
-
-/** Resident set size of a process, in bytes. */
-const rss = (pid: number) =>
-  Effect.sync(() => Number(/VmRSS:\s+(\d+)/.exec(Fs.readFileSync(`/proc/${pid}/status`, "utf8"))![1]) * 1024)
-
-const mib = (bytes: number) => (bytes / 1048576).toFixed(2)
 
 describe("Admission plan margin against measured memory", () => {
   it.layer(childLayer, { timeout: 120_000 })((it) => {
@@ -38,16 +28,8 @@ describe("Admission plan margin against measured memory", () => {
         const child = yield* Child
         const { client } = child
         const hello = yield* client.Hello()
-        const plan: Admission.Planner = (modelPath, contextSizes, sequences) =>
-          client.Plan({ modelPath, contextSizes, sequences }).pipe(
-            Effect.catchTag("RpcClientError", (e) => Effect.fail(new EngineUnavailable({ reason: e.message })))
-          )
-        const admission = yield* Admission.Admission.pipe(
-          Effect.provide(Admission.layer.pipe(
-            Layer.provide(Admission.DeviceInventory.layerPublished(hello)),
-            Layer.provide(Admission.AdmissionConfig.layerDefaults)
-          ))
-        )
+        const plan = childPlanner(client)
+        const admission = yield* admissionOver(hello)
         const models: Record<Role, string> = { generation: ensureModel("small"), decision: ensureModel("decision") }
         const admitted = yield* admission.admitContexts({
           generation: { modelPath: models.generation, cap: 4096 },
@@ -58,37 +40,19 @@ describe("Admission plan margin against measured memory", () => {
           const r = admitted.roles.find((a) => a.role === role)!
           const bare = yield* plan(r.modelPath, [r.contextSize], 1)
           const planned = bare.weights.cpuBytes + bare.contexts[0]!.context.cpuBytes
-          const before = yield* rss(child.pid)
+          const before = yield* residentBytes(child.pid)
           const loaded = yield* client.Load({ role, modelPath: r.modelPath, contextSize: r.contextSize, sequences: 1 }).pipe(
             Stream.runCollect,
             Effect.map((events) => [...events].flatMap((e) => (e._tag === "Loaded" ? [e.model] : []))[0]!)
           )
           assert.strictEqual(loaded.contextSize, r.contextSize)
-          // Touch the buffers the way requests will: a full prefill batch, or a score.
-          const tokens = yield* client.Tokenize({ role, text: "the quick brown fox ".repeat(150), specialTokens: false })
-          const input = tokens.slice(0, Math.min(tokens.length, 600, r.contextSize - 8))
-          if (role === "generation") {
-            yield* client.Begin({
-              generationId: "measure",
-              lane: "foreground",
-              sequence: 0,
-              prompt: input,
-              sampling: { temperature: 0 },
-              maxTokens: 2,
-              stopTokens: [],
-              prefillChunk: 512
-            })
-            yield* Stream.runDrain(client.Advance({ generationId: "measure", fromIndex: 0 }))
-            yield* client.End({ generationId: "measure" })
-          } else {
-            yield* Stream.runDrain(client.Score({ prompt: input, heads: [{ name: "h", labels: ["yes", "no"] }], prefillChunk: 512 }))
-          }
-          const growth = (yield* rss(child.pid)) - before
+          yield* useRoleOnce(client, role, r.contextSize, "the quick brown fox ".repeat(150))
+          const growth = (yield* residentBytes(child.pid)) - before
           const charged = r.weightsBytes + r.contextBytes
           figures.push(
-            `${role} ${r.contextSize} tokens: plan ${mib(planned)} MiB, child reports ${
-              mib(loaded.measured.modelBytes + loaded.measured.contextBytes)
-            } MiB, RSS growth ${mib(growth)} MiB (${(growth / planned).toFixed(2)}x plan), charged ${mib(charged)} MiB`
+            `${role} ${r.contextSize} tokens: plan ${mib(planned, 2)} MiB, child reports ${
+              mib(loaded.measured.modelBytes + loaded.measured.contextBytes, 2)
+            } MiB, RSS growth ${mib(growth, 2)} MiB (${(growth / planned).toFixed(2)}x plan), charged ${mib(charged, 2)} MiB`
           )
           assert.isAtMost(growth, charged, `${role}: growth within the charge`)
           // RSS moves by a few MiB on its own (GC, allocator trimming): only a plan well above that

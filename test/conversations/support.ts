@@ -8,24 +8,15 @@ import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import type { GenerateRequest } from "../../src/domain/Inference.js"
 import { Conversations } from "../../src/services/Conversations.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
-import { Provider } from "../../src/services/Provider.js"
 import * as Scheduler from "../../src/services/Scheduler.js"
+import { collect, doneOf as done, tokensOf } from "../support/generation.js"
 
 export const tempDir = () => Fs.mkdtempSync(Path.join(Os.tmpdir(), "nativegen-state-files-"))
 
-export const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-export const done = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
-  return last
-}
-
-export const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
+export { collect, done, tokensOf }
 
 /** Greedy output of `prompt` with nothing reused, on the anonymous sequence (first filled with an unrelated prompt). */
 export const cold = (prompt: ReadonlyArray<number>, maxTokens: number) =>

@@ -13,25 +13,9 @@ import { AdmissionConfig } from "../../src/services/admission/AdmissionConfig.js
 import { ProviderConfig } from "../../src/services/provider/ProviderConfig.js"
 import { SchedulerConfig } from "../../src/services/scheduler/SchedulerConfig.js"
 import { NativeWorkerConfig } from "../../src/services/worker/NativeWorkerConfig.js"
+import { withEnv } from "../support/env.js"
 
 const read = <I, S, E>(tag: Context.Tag<I, S>, layer: Layer.Layer<I, E>) => Effect.provide(tag, layer)
-
-/** Sets environment variables for the scope, restoring what was there. */
-const withEnv = (vars: Readonly<Record<string, string>>) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const before = Object.fromEntries(Object.keys(vars).map((name) => [name, process.env[name]]))
-      Object.assign(process.env, vars)
-      return before
-    }),
-    (before) =>
-      Effect.sync(() => {
-        for (const [name, value] of Object.entries(before)) {
-          if (value === undefined) delete process.env[name]
-          else process.env[name] = value
-        }
-      })
-  )
 
 /** A provider that names every setting differently from the environment, to show it is not read. */
 const elsewhere = Layer.setConfigProvider(ConfigProvider.fromMap(new Map([["NATIVEGEN_SCHEDULER_SLOTS", "99"]])))

@@ -5,7 +5,6 @@
  * with `<think>` thought `</think>` answer `<|im_end|>`; qwen-broken emits an unmatched `</think>`.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import { ensureModel, modelSpecs } from "../../fixtures/models.js"
@@ -15,6 +14,7 @@ import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.
 import { MalformedChannel } from "../../src/services/ChannelDecoder.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer, testChild } from "../support/engine.js"
+import { collect, doneOf, textOf, tokensOf } from "../support/generation.js"
 
 const thought = "The user greets me; a short, friendly reply fits.\n"
 const answer = "\n\nHello! I am the nativegen seed model."
@@ -22,18 +22,6 @@ const vocab = qwen3Vocabulary()
 const chatScript = scriptOf(modelSpecs["qwen-chat"])
 /** The script's plain tokens: what Text chunks carry (markers and the end of turn are consumed). */
 const plainTokens = chatScript.filter((t) => t !== vocab.ids.thinkOpen && t !== vocab.ids.thinkClose && t !== vocab.ids.turnEnd)
-
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
-  return last
-}
-const textOf = (chunks: ReadonlyArray<GenerateChunk>, channel: "thought" | "answer" | "tool") =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === channel ? c.text : "")).join("")
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
 
 const hi = (extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
   messages: [{ role: "user", content: "hi" }],

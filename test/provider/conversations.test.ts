@@ -19,29 +19,16 @@ import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import type { ChatMessage, Checkpoint, GenerateRequest } from "../../src/domain/Inference.js"
 import { Conversations, hashTokens } from "../../src/services/Conversations.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import * as Scheduler from "../../src/services/Scheduler.js"
 import { runtimeLayer } from "../support/engine.js"
+import { answerOf, collect, doneOf as done, probabilitiesOf, tokensOf } from "../support/generation.js"
 
 const words = ["sea", "ship", "harbor", "wind", "sail", "crew", "light", "storm", "calm", "night", "map", "star"]
 const sentence = fc.array(fc.constantFrom(...words), { minLength: 2, maxLength: 12 }).map((w) => w.join(" "))
-
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-const done = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
-  return last
-}
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
-const probabilitiesOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.flatMap((c) => (c._tag === "Text" ? c.probabilities ?? [] : []))
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
 
 /**
  * Greedy output of `prompt` with nothing reused, on the anonymous sequence (first filled with a

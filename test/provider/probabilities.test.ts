@@ -8,12 +8,10 @@
  * candidates of a resumed generation, and refuses what the host would.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as fc from "effect/FastCheck"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
@@ -24,19 +22,11 @@ import { MAX_TOP_PROBABILITIES } from "../../src/domain/RequestRules.js"
 import { type EngineChild, spawn } from "../../src/native/ChildProcess.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer, testChild, testRunEnv } from "../support/engine.js"
+import { collect, failureOf } from "../support/generation.js"
 
 type Text = Extract<GenerateChunk, { _tag: "Text" }>
 
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
 const textsOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.filter((c): c is Text => c._tag === "Text")
-
-const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.flatMap(Effect.exit(effect), (exit) => {
-    assert(Exit.isFailure(exit), "expected a failure")
-    assert.isFalse(Cause.isDie(exit.cause), `a defect: ${Cause.pretty(exit.cause)}`)
-    return Effect.succeed(Cause.squash(exit.cause) as E)
-  })
 
 const hi = (extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
   messages: [{ role: "user", content: "hi" }],

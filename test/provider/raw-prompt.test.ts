@@ -6,10 +6,7 @@
  * id gives prefix reuse; what only a chat has (messages, a checkpoint, tools, thinking) is refused.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import * as Cause from "effect/Cause"
-import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../../fixtures/models.js"
 import { qwen3Vocabulary } from "../../fixtures/qwen3-vocab.js"
@@ -17,17 +14,10 @@ import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/doma
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer, testChild } from "../support/engine.js"
+import { answerOf, collect, doneOf, failureOf } from "../support/generation.js"
 
 const vocab = qwen3Vocabulary()
 
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
-  return last
-}
 /**
  * The chunks without the Done chunk's timings (and checkpoint) and what it reused (a repeated
  * prompt keeps its whole prefill), which differ between runs.
@@ -38,15 +28,6 @@ const outputOf = (chunks: ReadonlyArray<GenerateChunk>) =>
       ? { stopReason: c.stopReason, promptTokens: c.usage.promptTokens, generatedTokens: c.usage.generatedTokens }
       : c
   )
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
-
-const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.flatMap(Effect.exit(effect), (exit) => {
-    assert(Exit.isFailure(exit), "expected a failure")
-    assert.isFalse(Cause.isDie(exit.cause), `a defect: ${Cause.pretty(exit.cause)}`)
-    return Effect.succeed(Cause.squash(exit.cause) as E)
-  })
 
 const hi: ReadonlyArray<ChatMessage> = [{ role: "user", content: "hi" }]
 const greedy = { sampling: { temperature: 0 }, maxTokens: 64 } as const

@@ -4,24 +4,10 @@
  * the first run's; a prompt that only extends the cached one keeps whole prefill chunks.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Stream from "effect/Stream"
-import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
-import { Provider } from "../../src/services/Provider.js"
+import type { GenerateRequest } from "../../src/domain/Inference.js"
 import { runtimeLayer } from "../support/engine.js"
-
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  if (last?._tag !== "Done") throw new Error("the last chunk is not Done")
-  return last
-}
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Text" ? c.tokens : []))
-const probabilitiesOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.flatMap((c) => (c._tag === "Text" ? c.probabilities ?? [] : []))
+import { collect, doneOf, probabilitiesOf, tokensOf } from "../support/generation.js"
 
 const words = ["sea", "ship", "harbor", "wind", "sail", "crew", "light", "storm", "calm", "night", "map", "star"]
 /** `n` words, different for each seed. */

@@ -5,10 +5,8 @@
  * is a typed InvalidRequest naming the part; maxTokens cut mid-JSON is stop reason maxTokens.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../../fixtures/models.js"
@@ -16,6 +14,7 @@ import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import { runtimeLayer } from "../support/engine.js"
+import { failureOf } from "../support/generation.js"
 
 /** Characters (code points), as the grammar counts them. */
 const codePoints = (s: string) => [...s].length
@@ -107,13 +106,6 @@ const decodesEverySchema = (maxTokens: number) =>
       const result = Schema.decodeUnknownEither(decoded, { onExcessProperty: "error" })(value)
       assert(result._tag === "Right", `${name}: ${answer} does not decode: ${result._tag === "Left" ? result.left.message : ""}`)
     }), { discard: true })
-
-const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.flatMap(Effect.exit(effect), (exit) => {
-    assert(Exit.isFailure(exit), "expected a failure")
-    assert.isFalse(Cause.isDie(exit.cause), `a defect: ${Cause.pretty(exit.cause)}`)
-    return Effect.succeed(Cause.squash(exit.cause) as E)
-  })
 
 describe("response formats", () => {
   layer(runtimeLayer(), { timeout: 120_000, excludeTestServices: true })("tiny (random weights)", (it) => {

@@ -7,10 +7,7 @@
  * the limits are refused with an InvalidRequest naming the limit.
  */
 import { afterAll, assert, describe, layer } from "@effect/vitest"
-import * as Cause from "effect/Cause"
-import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
-import * as Exit from "effect/Exit"
 import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
@@ -18,11 +15,12 @@ import * as Path from "node:path"
 import { ensureModel } from "../../fixtures/models.js"
 import { generateQwen3Model, qwen3Specs } from "../../fixtures/qwen3-models.js"
 import type { Script } from "../../fixtures/script.js"
-import type { ChatMessage, GenerateChunk, GenerateRequest, ToolDefinition } from "../../src/domain/Inference.js"
+import type { ChatMessage, ToolDefinition } from "../../src/domain/Inference.js"
 import { NativeWorker } from "../../src/services/NativeWorker.js"
 import { Provider } from "../../src/services/Provider.js"
 import { MAX_TOOLS, MAX_TOOLS_BYTES } from "../../src/domain/RequestRules.js"
 import { runtimeLayer } from "../support/engine.js"
+import { collect, doneOf, failureOf, textOf } from "../support/generation.js"
 
 const weather: ToolDefinition = {
   name: "get_weather",
@@ -55,26 +53,6 @@ generateQwen3Model({
   weights: { kind: "scripted", script: brokenScript, margin: 24 }
 }, brokenPath)
 afterAll(() => Fs.rmSync(directory, { recursive: true, force: true }))
-
-const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
-
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const done = chunks.at(-1)
-  assert(done?._tag === "Done", "the last chunk is Done")
-  return done
-}
-
-const textOf = (chunks: ReadonlyArray<GenerateChunk>, channel: "thought" | "answer") =>
-  chunks.flatMap((c) => (c._tag === "Text" && c.channel === channel ? [c.text] : [])).join("")
-
-/** The typed failure of `effect` (not a defect). */
-const failureOf = <A, E>(effect: Effect.Effect<A, E>) =>
-  Effect.map(Effect.exit(effect), (exit) => {
-    assert(Exit.isFailure(exit), "expected a failure")
-    assert.isFalse(Cause.isDie(exit.cause), `a defect: ${Cause.pretty(exit.cause)}`)
-    return Cause.squash(exit.cause) as E
-  })
 
 describe("tools in requests", () => {
   layer(runtimeLayer({}, { generation: ensureModel("qwen-tool") }), { timeout: 180_000, excludeTestServices: true })("qwen-tool", (it) => {

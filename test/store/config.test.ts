@@ -8,27 +8,11 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Store from "../../src/services/Store.js"
+import { withEnv } from "../support/env.js"
 
 const { StoreConfig } = Store
 
 const read = (layer: Layer.Layer<Store.StoreConfig, unknown>) => Effect.provide(StoreConfig, layer)
-
-/** Sets environment variables for the scope, restoring what was there. */
-const withEnv = (vars: Readonly<Record<string, string>>) =>
-  Effect.acquireRelease(
-    Effect.sync(() => {
-      const before = Object.fromEntries(Object.keys(vars).map((name) => [name, process.env[name]]))
-      Object.assign(process.env, vars)
-      return before
-    }),
-    (before) =>
-      Effect.sync(() => {
-        for (const [name, value] of Object.entries(before)) {
-          if (value === undefined) delete process.env[name]
-          else process.env[name] = value
-        }
-      })
-  )
 
 describe("StoreConfig", () => {
   it.effect("layer: the options over the defaults", () =>

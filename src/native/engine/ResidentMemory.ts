@@ -14,6 +14,7 @@
  *   plus `activationBound`. The difference of the two is never touched (Qwen3's vocabulary at a
  *   512-token batch: 297 MiB reserved for logits, 13-15 MiB of the compute buffer resident).
  */
+import { MAX_LABEL_TOKENS } from "../../domain/RequestRules.js"
 
 /** The shape of a model that its resident memory depends on. */
 export interface ModelShape {
@@ -29,8 +30,8 @@ export interface ModelShape {
 /** Bytes charged per vocabulary entry (token or merge), as measured (the per-model bytes cover the rest). */
 export const BYTES_PER_VOCABULARY_ENTRY = 410
 
-/** Outputs a label scoring asks for in one batch at most (one per label token; labels are short). */
-export const MAX_LABEL_OUTPUTS = 32
+/** Outputs a label scoring asks for in one batch at most: one per label token (Scoring.ts refuses longer labels). */
+export const MAX_LABEL_OUTPUTS = MAX_LABEL_TOKENS
 
 /** The largest padding llama.cpp applies to a batch's tokens in the attention mask. */
 const MASK_PAD = 64

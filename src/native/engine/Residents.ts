@@ -14,7 +14,7 @@ import type { Failpoints } from "../Failpoints.js"
 import { type LoadEvent, LoadedModel, type Role, SpecialTokens } from "../Protocol.js"
 import { checkPositiveInt } from "./Checks.js"
 import type { Native } from "./Llama.js"
-import { readInsights } from "./Planning.js"
+import { takeInsights } from "./Planning.js"
 import { type ChatTemplate, parseTemplate } from "./Templates.js"
 
 export interface Resident {
@@ -82,7 +82,7 @@ export const make = (native: Native, failpoints: Failpoints | undefined): Effect
           yield* checkPositiveInt("sequences", sequences)
           if (failpoints?.crashDuringLoad === true) process.kill(process.pid, "SIGKILL")
           if (failpoints?.hangDuringLoad === true) return yield* Effect.never
-          const insights = yield* readInsights(native, modelPath)
+          const insights = yield* takeInsights(native, modelPath)
           yield* unload(role)
           const progress = yield* Mailbox.make<LoadEvent, EngineError>()
           const loading = step("load", async () => {

@@ -15,6 +15,7 @@ import type { DecisionHead, HeadScore, ScoreEvent } from "../Protocol.js"
 import { checkPositiveInt, checkPromptTokens, invalid } from "./Checks.js"
 import type { Native } from "./Llama.js"
 import { wholeChunksCached } from "./PrefixReuse.js"
+import { MAX_LABEL_OUTPUTS } from "./ResidentMemory.js"
 import type { Residents } from "./Residents.js"
 
 export interface Scoring {
@@ -100,6 +101,11 @@ export const make = (
         const lastPromptToken = prompt[prompt.length - 1]! as Token
         const labelTokens = new Map<string, ReadonlyArray<Token>>()
         for (const head of heads) for (const l of head.labels) labelTokens.set(l, r.model.tokenize(l, false))
+        for (const [label, tokens] of labelTokens) {
+          if (tokens.length > MAX_LABEL_OUTPUTS) {
+            return yield* Effect.fail(invalid("label", label, `is ${tokens.length} tokens; a label has at most ${MAX_LABEL_OUTPUTS}`))
+          }
+        }
         const longest = Math.max(...Array.from(labelTokens.values(), (t) => t.length))
         if (prompt.length + longest > r.context.contextSize) {
           return yield* Effect.fail(

@@ -7,8 +7,9 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as ParseResult from "effect/ParseResult"
 import * as Schema from "effect/Schema"
-import type { ResponseFormat } from "../../domain/Inference.js"
+import type { DecisionHead, ResponseFormat } from "../../domain/Inference.js"
 import { ANY_JSON_OBJECT_SCHEMA, parseSupportedJsonSchema } from "../../domain/JsonSchemaSubset.js"
+import { MAX_LABEL_TOKENS } from "../../domain/RequestRules.js"
 import { InvalidRequest } from "../ProviderError.js"
 
 export const invalid = (field: string, value: unknown, reason: string) =>
@@ -46,6 +47,24 @@ export const validate = <A, I>(schema: Schema.Schema<A, I>) => {
         return Effect.fail(invalid(path.length === 0 ? "request" : fieldOf(path), named(valueAt(request, path)), issue?.message ?? "invalid"))
       }
     })
+}
+
+/**
+ * Every label within MAX_LABEL_TOKENS tokens of the decision model (`tokens`: each distinct
+ * label's count); the first that is longer is the InvalidRequest, with its count and the limit.
+ */
+export const checkLabelTokens = (heads: ReadonlyArray<DecisionHead>, tokens: ReadonlyMap<string, number>) => {
+  for (const [h, head] of heads.entries()) {
+    for (const [l, label] of head.labels.entries()) {
+      const count = tokens.get(label) ?? 0
+      if (count > MAX_LABEL_TOKENS) {
+        return Effect.fail(
+          invalid(`heads[${h}].labels[${l}]`, named(label), `is ${count} tokens of the decision model; a label has at most ${MAX_LABEL_TOKENS}`)
+        )
+      }
+    }
+  }
+  return Effect.void
 }
 
 /**
