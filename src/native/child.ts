@@ -77,7 +77,9 @@ const main = Effect.gen(function*() {
     Begin: (request) => typed("begin", engine.begin(request)),
     // Run ahead of the host by a few steps; a pause replays whatever the host did not receive.
     // Not wrapped: per token, and every native call in it is already typed by its step.
-    Advance: ({ fromIndex, generationId }) => engine.advance(generationId, fromIndex),
+    // With its Begin: one request sets the generation up and starts it (the host waits one round trip).
+    Advance: ({ begin, fromIndex, generationId }) =>
+      begin === undefined ? engine.advance(generationId, fromIndex) : engine.start({ ...begin, generationId }),
     // Forgets the generation as the message is read (handlers are called in message order), so a
     // Begin sent after this End finds its sequence idle; the host does not wait for the answer.
     End: ({ generationId }) => engine.endNow(generationId),
