@@ -70,6 +70,14 @@ describe("RPC calls", () => {
       assert.isTrue(Exit.isSuccess(ended), "not interrupted by the client")
     }))
 
+  it.scoped("the server runs requests without Effect's fiber metrics", () =>
+    Effect.gen(function*() {
+      const { control, socketPath } = yield* serve()
+      const { provider } = yield* connect(socketPath)
+      yield* provider.decide({ prompt: "is it?", heads: [{ name: "answer", labels: ["yes", "no"] }] })
+      assert.isFalse(control.lastDecide.fiberMetrics)
+    }))
+
   it.scoped("a Provider error ends the stream with that error, typed and with its fields", () =>
     Effect.gen(function*() {
       const { control, socketPath } = yield* serve()
