@@ -357,7 +357,8 @@ export const make = Effect.gen(function*() {
             (label) => worker.tokenize("decision", label),
             { concurrency: "unbounded" }
           )
-        })
+          // Sent together: the prompt and the labels cost one round trip to the child, not two.
+        }, { concurrency: "unbounded" })
       )
       // The exact budget, as for generations: the prompt and the longest label must fit the
       // admitted context, checked here with the numbers before anything is queued or scored.
