@@ -13,6 +13,7 @@ import * as Console from "effect/Console"
 import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Option from "effect/Option"
+import { withoutFiberMetrics } from "../internal/FiberMetrics.js"
 import * as PackageFiles from "../internal/PackageFiles.js"
 import * as CliError from "./CliError.js"
 import * as Terminal from "./Terminal.js"
@@ -87,7 +88,8 @@ process.stdout.on("error", (error: NodeJS.ErrnoException) => {
   throw error
 })
 
-NodeRuntime.runMain(main(process.argv), {
+// Without Effect's fiber metrics (each RPC request's fibers turn them off again: see FiberMetrics).
+NodeRuntime.runMain(withoutFiberMetrics(main(process.argv)), {
   disableErrorReporting: true,
   teardown: (exit, onExit) =>
     onExit(

@@ -54,6 +54,7 @@ export class Engine extends Context.Tag("nativegen/Engine")<Engine, {
   readonly saveState: StateFiles.StateFiles["save"]
   readonly restoreState: StateFiles.StateFiles["restore"]
   readonly begin: Generation.Generations["begin"]
+  readonly start: Generation.Generations["start"]
   readonly advance: Generation.Generations["advance"]
   readonly end: Generation.Generations["end"]
   readonly endNow: Generation.Generations["endNow"]
@@ -89,6 +90,7 @@ export const make = Effect.fn("Engine.make")(function*(
     saveState: stateFiles.save,
     restoreState: stateFiles.restore,
     begin: generations.begin,
+    start: generations.start,
     advance: generations.advance,
     end: generations.end,
     endNow: generations.endNow,

@@ -9,12 +9,13 @@
  * and decode tokens, each with its index) until it finishes, and interrupting `Advance` pauses it
  * at the next step boundary. A later `Advance` resumes from the index the host last received;
  * the child replays what the host may have missed, so nothing is lost or repeated. `End` frees it.
+ * The first `Advance` may carry its `Begin` (one request, one round trip to set a generation up).
  */
 import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcGroup from "@effect/rpc/RpcGroup"
 import * as Schema from "effect/Schema"
 import { EngineError } from "../domain/EngineError.js"
-import { AdvanceEvent, ScoreEvent, TokenGenerateRequest, TokenId, Tokens } from "../domain/Generation.js"
+import { GenerationEvent, ScoreEvent, TokenGenerateRequest, TokenId, Tokens } from "../domain/Generation.js"
 import { ChatMessage, DecisionHead, Role, ToolDefinition } from "../domain/Inference.js"
 
 export const PROTOCOL_VERSION = 1
@@ -212,9 +213,13 @@ export class EngineRpcs extends RpcGroup.make(
     success: Schema.Struct({ reusedTokens: Schema.Int }),
     error: EngineError
   }),
+  /**
+   * With `begin` (its id the generation's, `fromIndex` 0), Begin and Advance in one request: the
+   * stream starts with Started (in the first step's message), and a Begin that fails fails it.
+   */
   Rpc.make("Advance", {
-    payload: { generationId: Schema.String, fromIndex: Schema.Int },
-    success: AdvanceEvent,
+    payload: { generationId: Schema.String, fromIndex: Schema.Int, begin: Schema.optional(BeginRequest) },
+    success: GenerationEvent,
     error: EngineError,
     stream: true
   }),

@@ -23,6 +23,7 @@ import { childSettingsFromEnv } from "./ChildSettings.js"
 import { engineSerialization } from "./Framing.js"
 import { EngineRpcs } from "./Protocol.js"
 import { withReplyFaults } from "./ReplyFaults.js"
+import { streamWithoutFiberMetrics, withoutFiberMetrics } from "../internal/FiberMetrics.js"
 
 const settings = childSettingsFromEnv(process.env)
 const failpoints = parseFailpoints(process.env.NATIVEGEN_FAILPOINTS, Number(process.env.NATIVEGEN_INCARNATION ?? 1))
@@ -45,10 +46,12 @@ const failureOf = (operation: string, defect: unknown) =>
  * EngineFailure instead of crossing the protocol as a defect the host cannot type.
  */
 const typed = <A, E, R>(operation: string, effect: Effect.Effect<A, E, R>) =>
-  Effect.catchAllDefect(effect, (defect) => Effect.fail(failureOf(operation, defect)))
+  withoutFiberMetrics(Effect.catchAllDefect(effect, (defect) => Effect.fail(failureOf(operation, defect))))
 
 const typedStream = <A, E, R>(operation: string, stream: Stream.Stream<A, E, R>) =>
-  Stream.catchSomeCause(stream, (cause) => Option.map(Cause.dieOption(cause), (defect) => Stream.fail(failureOf(operation, defect))))
+  streamWithoutFiberMetrics(
+    Stream.catchSomeCause(stream, (cause) => Option.map(Cause.dieOption(cause), (defect) => Stream.fail(failureOf(operation, defect))))
+  )
 
 const faults = {
   failpoints,
@@ -77,10 +80,12 @@ const main = Effect.gen(function*() {
     Begin: (request) => typed("begin", engine.begin(request)),
     // Run ahead of the host by a few steps; a pause replays whatever the host did not receive.
     // Not wrapped: per token, and every native call in it is already typed by its step.
-    Advance: ({ fromIndex, generationId }) => engine.advance(generationId, fromIndex),
+    // With its Begin: one request sets the generation up and starts it (the host waits one round trip).
+    Advance: ({ begin, fromIndex, generationId }) =>
+      streamWithoutFiberMetrics(begin === undefined ? engine.advance(generationId, fromIndex) : engine.start({ ...begin, generationId })),
     // Forgets the generation as the message is read (handlers are called in message order), so a
     // Begin sent after this End finds its sequence idle; the host does not wait for the answer.
-    End: ({ generationId }) => engine.endNow(generationId),
+    End: ({ generationId }) => withoutFiberMetrics(engine.endNow(generationId)),
     Score: ({ heads, prefillChunk, prompt }) => typedStream("score", engine.score(prompt, heads, prefillChunk)),
     Shutdown: () => Deferred.succeed(shutdown, undefined)
   })
@@ -91,7 +96,8 @@ const main = Effect.gen(function*() {
 })
 
 // The engine outlives the server (forked in main's scope): it is disposed after the server stops.
-NodeRuntime.runMain(Effect.scoped(main).pipe(Effect.provide(Engine.layer(settings, faults))), {
+// Without Effect's fiber metrics (each RPC request's fibers turn them off again: see FiberMetrics).
+NodeRuntime.runMain(withoutFiberMetrics(Effect.scoped(main).pipe(Effect.provide(Engine.layer(settings, faults)))), {
   // Exit as soon as the engine is disposed: the open channel would otherwise keep the process alive.
   teardown: (exit, onExit) => {
     channel.destroy()

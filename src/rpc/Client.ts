@@ -24,7 +24,11 @@ import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as ExecutionStrategy from "effect/ExecutionStrategy"
+import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Mailbox from "effect/Mailbox"
+import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import * as Path from "node:path"
 import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
@@ -96,8 +100,11 @@ const unreachable = (socketPath: string, reason: string): Readiness => ({
   recoveryActions: []
 })
 
+/** How long a generation's call is left to end on the server after its Done before it is interrupted. */
+const afterDoneTimeout = Duration.seconds(30)
+
 /** The Provider over a client of `socketPath`. */
-const makeProvider = (client: NativegenClient, socketPath: string): Provider["Type"] => {
+const makeProvider = (client: NativegenClient, socketPath: string, clientScope: Scope.Scope): Provider["Type"] => {
   const unavailable = (reason: string) => new EngineUnavailable({ reason: `remote server ${socketPath}: ${reason}` })
   const toProviderError = (error: ProviderError | RpcLayerError | RpcClientError): ProviderError => {
     switch (error._tag) {
@@ -159,9 +166,32 @@ const makeProvider = (client: NativegenClient, socketPath: string): Provider["Ty
 
   return Provider.of({
     generate: (request) =>
-      Stream.suspend(() => {
+      Stream.unwrapScoped(Effect.gen(function*() {
         let delivered = 0
-        return client.Generate(request).pipe(
+        // The request's call lives in a scope of its own under the client's. The stream ends at
+        // Done (the last chunk): the caller has its answer while the server still releases what
+        // the request held, and the call is left to end there (its Exit is read in the background)
+        // instead of being interrupted. A stream that ends before Done interrupts the call.
+        const call = yield* Scope.fork(clientScope, ExecutionStrategy.sequential)
+        let answered = false
+        const chunks = yield* Scope.extend(client.Generate(request, { asMailbox: true }), call)
+        yield* Effect.addFinalizer(() =>
+          answered
+            ? Mailbox.toStream(chunks).pipe(
+              Stream.runDrain,
+              Effect.ignore,
+              Effect.timeoutOption(afterDoneTimeout),
+              Effect.ensuring(Scope.close(call, Exit.void)),
+              Effect.forkIn(clientScope),
+              Effect.asVoid
+            )
+            : Scope.close(call, Exit.void)
+        )
+        return Mailbox.toStream(chunks).pipe(
+          Stream.takeUntil((chunk) => {
+            if (chunk._tag === "Done") answered = true
+            return answered
+          }),
           // Counted per message (a chunk of chunks), not per element: nothing is split or awaited.
           Stream.mapChunks((chunks) => {
             for (const chunk of chunks) if (chunk._tag === "Text") delivered += chunk.tokens.length
@@ -181,7 +211,7 @@ const makeProvider = (client: NativegenClient, socketPath: string): Provider["Ty
               : unavailable(serverInterrupted)
           )
         )
-      }),
+      })),
     decide: (request) => call(client.Decide(request)),
     count: (request) => call(client.Count(request)),
     tokenize: (request) => call(client.Tokenize(request)),
@@ -274,7 +304,7 @@ export const make = (options: ClientOptions) =>
 
 /** Provider and RemoteStore over the server on `options.socketPath`. */
 export const layer = (options: ClientOptions): Layer.Layer<Provider | RemoteStore, ConnectError> =>
-  Layer.scopedContext(Effect.map(make(options), ({ client, socketPath }) =>
-    Context.make(Provider, makeProvider(client, socketPath)).pipe(
+  Layer.scopedContext(Effect.map(Effect.zip(make(options), Effect.scope), ([{ client, socketPath }, scope]) =>
+    Context.make(Provider, makeProvider(client, socketPath, scope)).pipe(
       Context.add(RemoteStore, makeRemoteStore(client, socketPath))
     )))

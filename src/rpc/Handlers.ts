@@ -12,6 +12,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import * as Path from "node:path"
 import { SignedManifest } from "../domain/Manifest.js"
+import { streamWithoutFiberMetrics, withoutFiberMetrics } from "../internal/FiberMetrics.js"
 import { Provider } from "../services/Provider.js"
 import { Store } from "../services/Store.js"
 import type * as StoreModule from "../services/Store.js"
@@ -95,11 +96,12 @@ export const layer = NativegenRpcs.toLayer(Effect.gen(function*() {
   const provider = yield* Provider
   const store = yield* Store
   return {
-    Generate: (request) => provider.generate(request),
-    Decide: (request) => provider.decide(request),
-    Prepare: (request) => provider.prepare(request),
-    Count: (request) => provider.count(request),
-    Tokenize: (request) => provider.tokenize(request),
+    // Requests run without Effect's fiber metrics (the server starts their fibers with the default flags).
+    Generate: (request) => streamWithoutFiberMetrics(provider.generate(request)),
+    Decide: (request) => withoutFiberMetrics(provider.decide(request)),
+    Prepare: (request) => withoutFiberMetrics(provider.prepare(request)),
+    Count: (request) => withoutFiberMetrics(provider.count(request)),
+    Tokenize: (request) => withoutFiberMetrics(provider.tokenize(request)),
     Readiness: () => provider.readiness,
     WatchReadiness: () => provider.readinessChanges,
     StoreList: () => store.list,

@@ -245,52 +245,8 @@ export const make = Effect.gen(function*() {
           }
         }
 
-        const steps = worker.generate({
-          prompt,
-          maxTokens,
-          sampling: request.sampling ?? { temperature: 0 },
-          sequence: grant.slot,
-          lane,
-          confidence: request.probabilities,
-          ...(topProbabilities > 0 ? { topProbabilities } : {}),
-          // A continuation keeps everything (its history was decoded token by token, which no
-          // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
-          // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
-          // its history like a cold run.
-          reuseOnGrid: !continued || attached === "absent",
-          jsonSchema
-        }).pipe(
-          // A message from the engine (one step, or the steps that were ready) is handled as one
-          // chunk and leaves as one: nothing per token is split off or awaited.
-          Stream.mapChunksEffect((events) => {
-            const now = clock.unsafeCurrentTimeMillis()
-            firstStepAt ??= now
-            const out: Array<ReadonlyArray<GenerateChunk>> = []
-            for (const event of events) {
-              const step = onEvent(event, now)
-              if (Either.isLeft(step)) {
-                // What came before the failure in the same message is delivered first (nothing lost).
-                if (out.length === 0) return Effect.fail(step.left)
-                failedAfter = { error: step.left, group: out[out.length - 1]! }
-                endGroup = failedAfter.group
-                break
-              }
-              out.push(step.right)
-              // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
-              if (ended) {
-                endGroup = step.right
-                break
-              }
-            }
-            return Effect.succeed(Chunk.unsafeFromArray(out))
-          }),
-          Stream.takeUntil((group) => group === endGroup),
-          // Keeps each message's chunks together (flattenIterables would split them).
-          Stream.mapConcat(identity),
-          Stream.concat(Stream.suspend(() => (failedAfter === undefined ? Stream.empty : Stream.fail(failedAfter.error))))
-        )
-
-        const done = Effect.gen(function*() {
+        /** The Done chunk, recorded among the recent generations. */
+        const finish = Effect.gen(function*() {
           const now = yield* Clock.currentTimeMillis
           const checkpoint = conversation === undefined
             ? undefined
@@ -326,8 +282,62 @@ export const make = Effect.gen(function*() {
             ...(checkpoint === undefined ? {} : { checkpoint }),
             ...(truncatedChannel === null ? {} : { truncatedChannel })
           } satisfies GenerateChunk
-        })
-        return Stream.concat(steps, Stream.fromEffect(Effect.tap(done, (chunk) => recent.record(request.lane ?? "foreground", chunk))))
+        }).pipe(Effect.tap((chunk) => recent.record(request.lane ?? "foreground", chunk)))
+        /** Whether Done went out with the message that ended the output. */
+        let doneSent = false
+        const steps = worker.generate({
+          prompt,
+          maxTokens,
+          sampling: request.sampling ?? { temperature: 0 },
+          sequence: grant.slot,
+          lane,
+          confidence: request.probabilities,
+          ...(topProbabilities > 0 ? { topProbabilities } : {}),
+          // A continuation keeps everything (its history was decoded token by token, which no
+          // cold run repeats); any other reuse keeps whole prefill chunks, for exact parity. A
+          // continuation whose KV is not in its slot (evicted, no usable state file) recomputes
+          // its history like a cold run.
+          reuseOnGrid: !continued || attached === "absent",
+          jsonSchema
+        }).pipe(
+          // A message from the engine (one step, or the steps that were ready) is handled as one
+          // chunk and leaves as one: nothing per token is split off or awaited.
+          Stream.mapChunksEffect((events) => {
+            const now = clock.unsafeCurrentTimeMillis()
+            firstStepAt ??= now
+            const out: Array<ReadonlyArray<GenerateChunk>> = []
+            for (const event of events) {
+              const step = onEvent(event, now)
+              if (Either.isLeft(step)) {
+                // What came before the failure in the same message is delivered first (nothing lost).
+                if (out.length === 0) return Effect.fail(step.left)
+                failedAfter = { error: step.left, group: out[out.length - 1]! }
+                endGroup = failedAfter.group
+                break
+              }
+              out.push(step.right)
+              // Stopping early (a stop string) stops pulling: the engine pauses and the generation ends.
+              if (ended) {
+                // Done leaves in the same message as the output's end: the client has its answer
+                // before the engine's stream is closed and the request's resources are released.
+                return Effect.map(finish, (chunk) => {
+                  doneSent = true
+                  endGroup = [...step.right, chunk]
+                  out[out.length - 1] = endGroup
+                  return Chunk.unsafeFromArray(out)
+                })
+              }
+            }
+            return Effect.succeed(Chunk.unsafeFromArray(out))
+          }),
+          Stream.takeUntil((group) => group === endGroup),
+          // Keeps each message's chunks together (flattenIterables would split them).
+          Stream.mapConcat(identity),
+          Stream.concat(Stream.suspend(() => (failedAfter === undefined ? Stream.empty : Stream.fail(failedAfter.error))))
+        )
+
+        // Done, when the engine's stream ended without an end of its output.
+        return Stream.concat(steps, Stream.suspend(() => (doneSent ? Stream.empty : Stream.fromEffect(finish))))
       })
     )
 
@@ -344,7 +354,8 @@ export const make = Effect.gen(function*() {
             ? worker.tokenize("decision", request.prompt)
             : worker.render("decision", request.prompt),
           labelTokens: Effect.forEach(labels, (label) => worker.tokenize("decision", label), { concurrency: "unbounded" })
-        })
+          // Sent together: the prompt and the labels cost one round trip to the child, not two.
+        }, { concurrency: "unbounded" })
       )
       yield* checkLabelTokens(request.heads, new Map(labels.map((label, i) => [label, labelTokens[i]!.length])))
       // The exact budget, as for generations: the prompt and the longest label must fit the

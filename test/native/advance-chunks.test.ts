@@ -32,14 +32,20 @@ const build = Effect.gen(function*() {
   return { generations, prompt }
 })
 
-const begin = (generations: Generation.Generations, generationId: string, prompt: ReadonlyArray<number>, sequence = 0) =>
+const begin = (
+  generations: Generation.Generations,
+  generationId: string,
+  prompt: ReadonlyArray<number>,
+  sequence = 0,
+  maxTokens = MAX_TOKENS
+) =>
   generations.begin({
     generationId,
     lane: "foreground",
     sequence,
     prompt,
     sampling: { temperature: 0 },
-    maxTokens: MAX_TOKENS,
+    maxTokens,
     prefillChunk: 64
   })
 
@@ -154,5 +160,39 @@ describe("advance chunks", () => {
       const all = [...taken, ...resumed]
       assert.deepStrictEqual(all.map((e) => e.index), cold.map((_, i) => i))
       assert.deepStrictEqual(all.map((e) => e.token), cold)
+    }))
+
+  it.scoped("the token that reaches max tokens leaves with Finished, in one chunk", () =>
+    Effect.gen(function*() {
+      const { generations, prompt } = yield* build
+      yield* begin(generations, "one", prompt, 0, 1)
+      const chunks = Chunk.toReadonlyArray(yield* Stream.runCollect(Stream.chunks(generations.advance("one", 0))))
+      const decoded = chunks.map((c) => Chunk.toReadonlyArray(c).map((e) => e._tag)).filter((tags) => !tags.includes("Prefilled"))
+      assert.deepStrictEqual(decoded, [["Token", "Finished"]])
+    }))
+
+  it.scoped("Begin with the first Advance: Started, with the reused tokens, leaves in the first step's message", () =>
+    Effect.gen(function*() {
+      const { generations, prompt } = yield* build
+      const cold = yield* coldTokens(generations, prompt)
+      const request = { generationId: "started", lane: "foreground", sequence: 0, prompt, sampling: { temperature: 0 }, maxTokens: MAX_TOKENS, prefillChunk: 64 } as const
+      const chunks = Chunk.toReadonlyArray(yield* Stream.runCollect(Stream.chunks(generations.start(request))))
+      const first = Chunk.toReadonlyArray(chunks[0]!)
+      // The cold run left the prompt's prefill in the sequence: a repeated prompt keeps it.
+      assert.deepStrictEqual(first[0], { _tag: "Started", reusedTokens: prompt.length - 1 })
+      assert.isAtLeast(first.length, 2, "Started shares its message with the first step")
+      const events = chunks.flatMap((c) => Chunk.toReadonlyArray(c))
+      assert.deepStrictEqual(events.filter((e) => e._tag === "Started").length, 1)
+      assert.deepStrictEqual(tokensIn(events.filter((e) => e._tag !== "Started") as Array<AdvanceEvent>).map((e) => e.token), cold)
+    }))
+
+  it.scoped("a Begin that fails fails its Advance with the same typed error", () =>
+    Effect.gen(function*() {
+      const { generations, prompt } = yield* build
+      const request = { generationId: "refused", prompt, sampling: { temperature: 0 }, maxTokens: 0, prefillChunk: 64 }
+      const refusal = yield* Effect.flip(generations.begin({ ...request, generationId: "refused-alone" }))
+      assert.strictEqual(refusal._tag, "InvalidEngineRequest")
+      const exit = yield* Effect.exit(Stream.runCollect(generations.start(request)))
+      assert.deepStrictEqual(exit, Exit.fail(refusal))
     }))
 })

@@ -44,5 +44,17 @@ describe("the Provider's stream chunks", () => {
         assert.strictEqual(done?._tag, "Done")
         assert.strictEqual(done?._tag === "Done" ? done.usage.generatedTokens : -1, tokensOf(cold).length)
       }))
+
+    it.scoped("the message that ends the output carries Done with its last Text: the answer is whole before the stream closes", () =>
+      Effect.gen(function*() {
+        const provider = yield* Provider
+        const pulls = Chunk.toReadonlyArray(yield* Stream.runCollect(Stream.chunks(provider.generate({ ...request, maxTokens: 4 }))))
+        const last = Chunk.toReadonlyArray(pulls.at(-1) ?? Chunk.empty<GenerateChunk>())
+        const done = last.at(-1)
+        assert.strictEqual(done?._tag, "Done")
+        assert.strictEqual(done?._tag === "Done" ? done.stopReason : undefined, "maxTokens")
+        // The fourth token and Done: one chunk (one RPC message), not Done alone after it.
+        assert.isTrue(last.some((c) => c._tag === "Text"), `chunks of the last pull: ${last.map((c) => c._tag).join(" ")}`)
+      }))
   })
 })

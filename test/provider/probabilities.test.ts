@@ -16,7 +16,7 @@ import * as fc from "effect/FastCheck"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import { ensureModel } from "../../fixtures/models.js"
-import type { AdvanceEvent } from "../../src/domain/Generation.js"
+import type { GenerationEvent } from "../../src/domain/Generation.js"
 import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
 import { MAX_TOP_PROBABILITIES } from "../../src/domain/RequestRules.js"
 import { type EngineChild, spawn } from "../../src/native/ChildProcess.js"
@@ -164,8 +164,8 @@ describe("token probabilities in the engine child", () => {
         const prompt = yield* client.Tokenize({ role: "generation", text: "the sea and the ship", specialTokens: false })
         const begin = (generationId: string, extra: { confidence?: boolean; topProbabilities?: number }) =>
           client.Begin({ generationId, prompt, sampling: { temperature: 0 }, maxTokens: 6, prefillChunk: 64, ...extra })
-        const tokensOf = (events: Chunk.Chunk<AdvanceEvent>) =>
-          Chunk.toArray(events).filter((e): e is Extract<AdvanceEvent, { _tag: "Token" }> => e._tag === "Token")
+        const tokensOf = (events: Chunk.Chunk<GenerationEvent>) =>
+          Chunk.toArray(events).filter((e): e is Extract<GenerationEvent, { _tag: "Token" }> => e._tag === "Token")
 
         yield* begin("g", { confidence: true, topProbabilities: 4 })
         const whole = tokensOf(yield* Stream.runCollect(client.Advance({ generationId: "g", fromIndex: 0 })))

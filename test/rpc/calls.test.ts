@@ -52,6 +52,32 @@ describe("RPC calls", () => {
       assert.isTrue(Exit.isSuccess(ended))
     }))
 
+  it.scoped("generate ends at Done, before the server's stream ends; the server's generation then ends uninterrupted", () =>
+    Effect.gen(function*() {
+      const { control, socketPath } = yield* serve()
+      const { provider } = yield* connect(socketPath)
+      const collecting = yield* Effect.fork(Stream.runCollect(provider.generate({ messages: [{ role: "user", content: "hi" }], maxTokens: 1 })))
+      const generation = yield* Queue.take(control.generations)
+      yield* generation.offer(text("Hi"))
+      yield* generation.offer(done)
+      // The server's stream stays open (the Provider still releasing what the request held): the
+      // caller has its whole answer anyway.
+      const chunks = yield* Fiber.join(collecting)
+      assert.deepStrictEqual(Chunk.toArray(chunks).map((c) => c._tag), ["Text", "Done"])
+      assert.isFalse(yield* Deferred.isDone(generation.ended))
+      yield* generation.offer({ _tag: "End" })
+      const ended = yield* Deferred.await(generation.ended)
+      assert.isTrue(Exit.isSuccess(ended), "not interrupted by the client")
+    }))
+
+  it.scoped("the server runs requests without Effect's fiber metrics", () =>
+    Effect.gen(function*() {
+      const { control, socketPath } = yield* serve()
+      const { provider } = yield* connect(socketPath)
+      yield* provider.decide({ prompt: "is it?", heads: [{ name: "answer", labels: ["yes", "no"] }] })
+      assert.isFalse(control.lastDecide.fiberMetrics)
+    }))
+
   it.scoped("a Provider error ends the stream with that error, typed and with its fields", () =>
     Effect.gen(function*() {
       const { control, socketPath } = yield* serve()

@@ -1,54 +1,53 @@
 /**
  * A Begin never waits for the engine: it reckons what the sequence keeps and answers, and the
- * generation's first step trims the sequence. So a request submitted while another generation
- * holds the engine waits at the step gate once (for its first step), not twice. Shown with a
- * generation that stops making progress while holding the engine (the `hangAtStep` failpoint):
- * a second generation's Begin is still answered (the hang is found at the step deadline and the
- * child replaced, which only the first child does).
+ * generation's first step trims the sequence. So a request submitted while another step holds the
+ * engine waits at the step gate once (for its first step), not twice; with its Begin carried by
+ * the first Advance (one request), Started comes in that first step's message. Shown in process,
+ * as Engine.make composes the engine, on the tiny model, with a step that holds the gate until the
+ * test lets it go.
  */
-import { assert, describe, layer } from "@effect/vitest"
+import { assert, describe, it } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
 import * as Deferred from "effect/Deferred"
-import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Fiber from "effect/Fiber"
-import * as Option from "effect/Option"
 import * as Stream from "effect/Stream"
-import { failpointsEnv } from "../../src/native/Failpoints.js"
-import { NativeWorker } from "../../src/services/NativeWorker.js"
-import { awaitReadiness, workerLayer } from "../support/engine.js"
-
-/** Decode steps in the child's life before the one that hangs (the warm-up decodes at most one). */
-const HANG_AT = 12
+import { ensureModel } from "../../fixtures/models.js"
+import * as Generation from "../../src/native/engine/Generation.js"
+import * as Llama from "../../src/native/engine/Llama.js"
+import * as Residents from "../../src/native/engine/Residents.js"
 
 describe("Begin and the step gate", () => {
-  layer(workerLayer({ childEnv: failpointsEnv(`hangAtStep=${HANG_AT}@1`), stepDeadline: Duration.seconds(4) }), {
-    timeout: 120_000,
-    excludeTestServices: true
-  })("a generation holding the engine", (it) => {
-    it.effect("a second generation's Begin is answered while the first holds the engine", () =>
-      Effect.gen(function*() {
-        const worker = yield* NativeWorker
-        const holding = yield* Deferred.make<void>()
-        let received = 0
-        // The first generation decodes until the failpoint stops it inside a step (the engine stays held).
-        const first = yield* worker.generate({ prompt: [1, 2, 3], maxTokens: 100, sampling: { temperature: 0 }, sequence: 0 }).pipe(
-          Stream.runForEach((event) =>
-            event._tag === "Token" && ++received >= HANG_AT - 2 ? Deferred.succeed(holding, undefined) : Effect.void
-          ),
-          Effect.fork
-        )
-        yield* Deferred.await(holding)
-        // Its Started event comes from Begin's answer: it arrives although no step can run.
-        const started = yield* worker.generate({ prompt: [4, 5, 6, 7], maxTokens: 1, sampling: { temperature: 0 }, sequence: 1 }).pipe(
-          Stream.runHead
-        )
-        assert.deepStrictEqual(Option.map(started, (e) => e._tag), Option.some("Started"))
-        // Answered by the first child itself, not by a replacement after the hang was found.
-        assert.strictEqual((yield* worker.readiness).incarnation, 1)
-        // The hang is then found (no progress within the step deadline) and the child replaced.
-        const exit = yield* Fiber.await(first)
-        assert.strictEqual(exit._tag, "Failure")
-        yield* awaitReadiness((r) => r.state === "ready" && r.incarnation === 2)
+  it.scoped("a generation set up while another step holds the engine is begun at once and waits at the gate once", () =>
+    Effect.gen(function*() {
+      const native = yield* Llama.make({ backend: "cpu", threads: 1, batchSize: 64 })
+      const residents = yield* Residents.make(native, undefined)
+      const generations = yield* Generation.make(native, residents, undefined)
+      yield* Stream.runDrain(residents.load("generation", ensureModel("tiny"), 256, 2))
+      const prompt = yield* residents.tokenize("generation", "once upon a time", false)
+      // A step that holds the engine until released.
+      const entered = yield* Deferred.make<void>()
+      let release = () => {}
+      const released = new Promise<void>((resolve) => (release = resolve))
+      const holding = yield* Effect.fork(native.step("hold", () => {
+        Deferred.unsafeDone(entered, Effect.void)
+        return released
       }))
-  })
+      yield* Deferred.await(entered)
+      const request = (generationId: string, sequence: number) =>
+        ({ generationId, sequence, prompt, sampling: { temperature: 0 }, maxTokens: 2, prefillChunk: 64 }) as const
+      // Begin alone answers although the engine is held.
+      assert.deepStrictEqual(yield* generations.begin(request("alone", 0)), { reusedTokens: 0 })
+      // Begin with the first Advance: nothing comes while the engine is held, then Started and the first step together.
+      const pull = yield* Stream.toPull(generations.start(request("started", 1)))
+      const first = yield* Effect.fork(pull)
+      assert.isNull(yield* Fiber.poll(first).pipe(Effect.map((o) => (o._tag === "Some" ? o.value : null))))
+      release()
+      yield* Fiber.join(holding)
+      const events = Chunk.toReadonlyArray(yield* Fiber.join(first))
+      assert.deepStrictEqual(events.map((e) => e._tag), ["Started", "Prefilled"])
+      assert.deepStrictEqual(events[0], { _tag: "Started", reusedTokens: 0 })
+      // (Ending closes the evaluation: a step, so only once the engine is free.)
+      yield* generations.end("alone")
+    }))
 })

@@ -21,12 +21,14 @@ import type { LlamaContextSequence, LlamaModel, Token } from "node-llama-cpp"
 import type { TokenCandidate } from "../../domain/Inference.js"
 import { MAX_TOP_PROBABILITIES } from "../../domain/RequestRules.js"
 import {
+  EngineFailure,
   type EngineError,
   type InvalidEngineRequest,
   type RoleNotLoaded,
   UnknownGeneration
 } from "../../domain/EngineError.js"
 import type { Failpoints } from "../Failpoints.js"
+import type { GenerationEvent } from "../../domain/Generation.js"
 import {
   type AdvanceEvent,
   type BeginRequest,
@@ -47,6 +49,11 @@ import type { Residents } from "./Residents.js"
 export interface Generations {
   /** Registers a generation on an idle sequence; answers how many prompt tokens its cache already held. */
   readonly begin: (request: BeginRequest) => Effect.Effect<{ readonly reusedTokens: number }, EngineError>
+  /**
+   * Begin, then Advance from the start, as one stream: Started (the reused prompt tokens) leaves
+   * in the first message, with the first step. A Begin that fails fails the stream with its error.
+   */
+  readonly start: (request: BeginRequest) => Stream.Stream<GenerationEvent, EngineError>
   /**
    * Streams the generation's steps from `fromIndex`: first what was already produced past that
    * index (the host may have missed it when it paused), then new steps until it finishes.
@@ -436,19 +443,26 @@ export const make = (
               Deferred.unsafeDone(filled, Exit.void)
               filled = undefined
             }
-            const offer = (event: AdvanceEvent) =>
+            /** Offers steps together: a message never splits them. */
+            const offer = (...events: ReadonlyArray<AdvanceEvent>) =>
               Effect.sync(() => {
-                ready.unsafeOffer(event)
-                if (++unsent >= DECODE_MESSAGE_TOKENS || event._tag === "Finished") leave()
+                for (const event of events) ready.unsafeOffer(event)
+                unsent += events.length
+                if (unsent >= DECODE_MESSAGE_TOKENS || events[events.length - 1]!._tag === "Finished") leave()
               })
+            const finished = (reason: EngineStopReason): AdvanceEvent => ({ _tag: "Finished", reason, generated: g.tokens.length })
             const next: Effect.Effect<void, EngineError> = Effect.suspend(() => {
               if (g.prefillOnly) g.finished ??= "maxTokens"
-              if (g.finished !== undefined) {
-                return Effect.zipRight(permits.take(1), offer({ _tag: "Finished", reason: g.finished, generated: g.tokens.length }))
-              }
+              if (g.finished !== undefined) return Effect.zipRight(permits.take(1), offer(finished(g.finished)))
               return Effect.zipRight(
                 permits.take(1),
-                Effect.flatMap(advanceOnce(g), (event) => event._tag === "Finished" ? offer(event) : Effect.zipRight(offer(event), next))
+                Effect.flatMap(advanceOnce(g), (event) =>
+                  event._tag === "Finished"
+                    ? offer(event)
+                    // The token that reached the limit leaves with Finished, in one message.
+                    : g.finished !== undefined
+                    ? offer(event, finished(g.finished))
+                    : Effect.zipRight(offer(event), next))
               )
             })
             // A failure ends the mailbox: the waiting message leaves with what it has, the failure after it.
@@ -496,6 +510,23 @@ export const make = (
         })
       )
 
+    const start = (request: BeginRequest): Stream.Stream<GenerationEvent, EngineError> =>
+      Stream.unwrap(Effect.map(
+        // A defect answers as the child's handlers answer one: a typed EngineFailure.
+        Effect.catchAllDefect(begin(request), (defect) =>
+          Effect.fail(new EngineFailure({ operation: "begin", reason: defect instanceof Error ? defect.message : String(defect) }))),
+        ({ reusedTokens }) => {
+          // Started joins the first step's message: a message of its own would wait for its
+          // acknowledgement before the first step is taken.
+          let started = false
+          return Stream.mapChunks(advance(request.generationId, 0), (events): Chunk.Chunk<GenerationEvent> => {
+            if (started) return events
+            started = true
+            return Chunk.prepend(events, { _tag: "Started", reusedTokens })
+          })
+        }
+      ))
+
     /**
      * Forgets the generation at once, when called; closing its evaluation is the returned effect,
      * and a Begin on its sequence waits for that close (the evaluation holds the sequence's lock
@@ -531,5 +562,5 @@ export const make = (
 
     yield* Effect.addFinalizer(() => Effect.forEach(Array.from(generations.keys()), end, { discard: true }))
 
-    return { begin, advance, end, endNow, idleSequence, forgetSplit: (sequence) => void coldSplits.delete(sequence) }
+    return { begin, start, advance, end, endNow, idleSequence, forgetSplit: (sequence) => void coldSplits.delete(sequence) }
   })

@@ -1,6 +1,6 @@
 /**
- * A generation on the supervised child, as a stream: Begin on the ready child, Advance through the
- * guarded stream, End when the caller lets go. A child failure before the first token reached the
+ * A generation on the supervised child, as a stream: Begin and the first Advance in one request on
+ * the ready child (the guarded stream), End when the caller lets go. A child failure before the first token reached the
  * caller runs the generation again on the replacement (once); after that it fails with
  * GenerationFailed saying how many tokens were delivered, so no token is ever delivered twice.
  */
@@ -40,18 +40,22 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
                 : Effect.void)
           })
         )
-        const { incarnation, reusedTokens } = yield* unavailable(retryOnce(supervisor.onReady((incarnation) =>
-          Effect.zipRight(
-            Effect.sync(() => {
-              begunOn = incarnation
-            }),
-            incarnation.child.client.Begin({ ...request, generationId, prefillChunk: config.prefillChunk }).pipe(Effect.map(({ reusedTokens }) => ({ incarnation, reusedTokens })))
-          )
+        // Begin travels with the first Advance (one round trip to set up and start); Started, with
+        // the reused prompt tokens, comes in the first step's message. A Begin that fails fails it.
+        const incarnation = yield* unavailable(retryOnce(supervisor.onReady((incarnation) =>
+          Effect.sync(() => {
+            begunOn = incarnation
+            return incarnation
+          })
         )))
         let delivered = 0
         const steps = guardedStream(
           incarnation.child,
-          incarnation.child.client.Advance({ generationId, fromIndex: 0 }),
+          incarnation.child.client.Advance({
+            generationId,
+            fromIndex: 0,
+            begin: { ...request, generationId, prefillChunk: config.prefillChunk }
+          }),
           config.stepDeadline,
           (failure): Stream.Stream<GenerationEvent, GenerationError> => {
             const repair = supervisor.onFailure(incarnation, failure)
@@ -68,7 +72,7 @@ export const make = (supervisor: Supervisor, config: NativeWorkerConfigShape) =>
             return events
           })
         )
-        return Stream.concat(Stream.make<Array<GenerationEvent>>({ _tag: "Started", reusedTokens }), steps)
+        return steps
       })
     )
 

@@ -10,6 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
 import * as Queue from "effect/Queue"
+import * as RuntimeFlags from "effect/RuntimeFlags"
 import * as Stream from "effect/Stream"
 import * as SubscriptionRef from "effect/SubscriptionRef"
 import type { GenerateChunk, GenerateRequest, Readiness } from "../../../src/domain/Inference.js"
@@ -32,6 +33,8 @@ export interface Generation {
 export interface TestProviderControl {
   /** Each generation, when it starts. */
   readonly generations: Queue.Queue<Generation>
+  /** Whether Effect's fiber metrics were on in the last `decide` (the fiber the server ran it in). */
+  readonly lastDecide: { fiberMetrics: boolean | undefined }
   readonly readiness: SubscriptionRef.SubscriptionRef<Readiness>
 }
 
@@ -78,11 +81,14 @@ export const make = Effect.gen(function*() {
       )
     }))
 
-  const control: TestProviderControl = { generations, readiness: readinessRef }
+  const control: TestProviderControl = { generations, readiness: readinessRef, lastDecide: { fiberMetrics: undefined } }
   const provider = Provider.of({
     generate,
     decide: (request) =>
-      request.prompt === "fail"
+      Effect.tap(Effect.getRuntimeFlags, (flags) => {
+        control.lastDecide.fiberMetrics = RuntimeFlags.runtimeMetrics(flags)
+      }).pipe(Effect.zipRight(
+        request.prompt === "fail"
         ? Effect.fail(new InvalidRequest({ field: "prompt", value: "fail", reason: "the test says so" }))
         : Effect.succeed({
           heads: request.heads.map((head) => ({
@@ -92,7 +98,8 @@ export const make = Effect.gen(function*() {
           promptTokens: typeof request.prompt === "string" ? request.prompt.length : request.prompt.length,
           queueMillis: 0,
           totalMillis: 1
-        }),
+        })
+      )),
     count: (request) =>
       Effect.succeed({ role: request.role ?? "generation", tokens: (request.text ?? "").length, admittedContext: 4096 }),
     tokenize: (request) =>
