@@ -5,8 +5,9 @@
  * public servers get in its place. Built over a runtime (it needs the local Provider); the
  * layer's Provider is the routing one.
  *
- *   servers <- routing Provider <- Sharding <- transport, storage, health, ShardingConfig
- *           <- Conversation entity <- local Provider (the runtime)
+ *   servers <- routing Provider <- load routing (Load.ts: the runners' loads, probed) <- Sharding
+ *           <- Conversation entity, Work entity <- local Provider (the runtime)
+ *   Sharding <- transport, storage, health, ShardingConfig
  */
 import * as MessageStorage from "@effect/cluster/MessageStorage"
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
@@ -26,10 +27,12 @@ import * as Option from "effect/Option"
 import { Provider } from "../services/Provider.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Health from "./Health.js"
+import * as LoadRouting from "./LoadRouting.js"
 import * as Placement from "./Placement.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as Storage from "./Storage.js"
 import * as Transport from "./Transport.js"
+import * as WorkEntity from "./WorkEntity.js"
 
 export interface RunnerSettings {
   /** Where the other runners reach this one (a Unix socket path as host with port 0, or HOST:PORT). */
@@ -87,8 +90,13 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 export const layer = (
   settings: RunnerSettings
 ): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider> =>
-  Layer.merge(RoutingProvider.layer, ConversationEntity.layer()).pipe(
-    Layer.provide(Placement.layer(settings.address)),
+  Layer.mergeAll(
+    // Conversations to their entities; one-offs and decisions by load; the rest local.
+    RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),
+    ConversationEntity.layer(),
+    WorkEntity.layer
+  ).pipe(
+    Layer.provide(Layer.merge(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards))),
     Layer.provideMerge(layerSharding(settings)),
     Layer.tap(() =>
       Effect.logInfo(
