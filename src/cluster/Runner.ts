@@ -24,6 +24,7 @@ import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
+import type { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Health from "./Health.js"
@@ -44,7 +45,12 @@ export interface RunnerSettings {
   readonly detection: Duration.DurationInput
   /** Shards per group: the same on every runner. */
   readonly shards: number
+  /** How long a runner giving up a shard waits for its turns to end (default `defaultDrain`). */
+  readonly drain?: Duration.DurationInput | undefined
 }
+
+/** Turns are given 30 s to end when their shard moves; a turn still running then is interrupted. */
+export const defaultDrain = Duration.seconds(30)
 
 /** Sharding of this runner with its transport, storage (and its SQL client) and health check. */
 export const layerSharding = (
@@ -58,7 +64,12 @@ export const layerSharding = (
       shardsPerGroup: settings.shards,
       // A local turn is not serialized for nothing: it takes the same path minus the socket.
       simulateRemoteSerialization: false,
-      entityTerminationTimeout: timing.detection,
+      // A runner giving up a shard (draining, or a runner joined) lets the shard's turns finish
+      // and saves their conversations' KV before the shard moves, within this bound.
+      entityTerminationTimeout: settings.drain ?? defaultDrain,
+      // Stay registered until the entities have stopped: a runner that unregisters first is
+      // dropped by the others at once, and their requests in flight on it are cut.
+      preemptiveShutdown: false,
       ...timing.config
     }),
     MessageStorage.layerNoop,
@@ -89,7 +100,7 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
 export const layer = (
   settings: RunnerSettings
-): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider> =>
+): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider | Conversations> =>
   Layer.mergeAll(
     // Conversations to their entities; one-offs and decisions by load; the rest local.
     RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),

@@ -29,7 +29,10 @@ export interface RunnerProcess {
   readonly pid: number
   readonly provider: Provider["Type"]
   readonly log: () => string
-  /** Sends a signal to the runner's process group. */
+  /**
+   * Sends a signal to the runner's main process only, as a service manager stopping it would (its
+   * engine children, in its process group, are the runner's to stop).
+   */
   readonly signal: (name: NodeJS.Signals) => Effect.Effect<void>
   /** Waits for the process to exit; its exit code and signal. */
   readonly exited: Effect.Effect<{ readonly code: number | null; readonly signal: NodeJS.Signals | null }>
@@ -93,7 +96,12 @@ export const startRunner = (
       pid: child.pid!,
       provider: Context.get(context, Provider),
       log: () => output,
-      signal: (name: NodeJS.Signals) => signal(child.pid!, name),
+      signal: (name: NodeJS.Signals) =>
+        Effect.sync(() => {
+          try {
+            process.kill(child.pid!, name)
+          } catch {}
+        }),
       exited
     }
   })
