@@ -43,6 +43,7 @@ import { StoreConfig } from "../services/Store.js"
 import { CliFileError, CliUsageError, reasonOf } from "./CliError.js"
 import * as Flags from "./Flags.js"
 import { readinessLine } from "./Format.js"
+import * as Path from "node:path"
 import * as Paths from "./Paths.js"
 import * as TrustedKeys from "./TrustedKeys.js"
 
@@ -201,7 +202,12 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
         }
       },
       worker: { child, prefillChunk, childEnv },
-      scheduler: Option.match(settings.slots, { onNone: () => scheduler, onSome: (slots) => ({ ...scheduler, slots }) })
+      scheduler: Option.match(settings.slots, { onNone: () => scheduler, onSome: (slots) => ({ ...scheduler, slots }) }),
+      // A cluster's shared state-file directory (docs/cluster.md), when given.
+      ...Option.match(settings.clusterConversations ?? Option.none(), {
+        onNone: () => ({}),
+        onSome: (directory) => ({ conversationsDirectory: Path.resolve(directory) })
+      })
     }
     return options
   })

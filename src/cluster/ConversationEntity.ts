@@ -14,6 +14,7 @@ import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { Placement } from "./Placement.js"
@@ -59,6 +60,11 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
     Effect.gen(function*() {
       const provider = yield* Provider
       const placement = yield* Placement
+      // When the entity leaves this runner (its shard moves, or the runner drains), after its last
+      // turn: the conversation's KV goes to its state file, for the next owner to restore.
+      const conversations = yield* Conversations
+      const { entityId } = yield* Entity.CurrentAddress
+      yield* Effect.addFinalizer(() => conversations.handOver(entityId))
       return {
         Turn: ({ address, payload }) =>
           Stream.unwrap(Effect.as(

@@ -21,13 +21,16 @@ export class Placement extends Context.Tag("nativegen/cluster/Placement")<Placem
   readonly record: (conversation: string) => Effect.Effect<void>
 }>() {}
 
-/** Creates the table when missing (retried while another runner creates it). */
+/**
+ * Creates the table when missing (retried while another runner creates it), in a transaction:
+ * see Load.createTable for why.
+ */
 export const createTable: Effect.Effect<void, SqlError, SqlClient.SqlClient> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-  sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+  sql.withTransaction(sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
     conversation TEXT PRIMARY KEY,
     address TEXT NOT NULL,
     updated_at TEXT NOT NULL
-  )`.pipe(Effect.retry(retryStart))
+  )`).pipe(Effect.retry(retryStart))
 ).pipe(Effect.asVoid)
 
 /** The address as the runner storage writes it (`HOST:PORT`, `PATH:0`). */
@@ -40,8 +43,10 @@ export const make = (address: RunnerAddress) =>
     const writes = yield* FiberSet.make()
     const at = storedAddress(address)
     const write = (conversation: string) =>
-      sql`INSERT INTO ${sql(table)} (conversation, address, updated_at) VALUES (${conversation}, ${at}, ${new Date().toISOString()})
-        ON CONFLICT (conversation) DO UPDATE SET address = excluded.address, updated_at = excluded.updated_at`.pipe(
+      // In a transaction: see Load.ts's publishing for why.
+      sql.withTransaction(sql`INSERT INTO ${sql(table)} (conversation, address, updated_at)
+        VALUES (${conversation}, ${at}, ${new Date().toISOString()})
+        ON CONFLICT (conversation) DO UPDATE SET address = excluded.address, updated_at = excluded.updated_at`).pipe(
         Effect.retry(Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(4)))),
         Effect.catchAllCause((cause) =>
           Effect.logWarning("cluster: the conversation's placement was not recorded", cause).pipe(

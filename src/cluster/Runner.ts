@@ -6,8 +6,9 @@
  * (SharedKeys). Built over a runtime (it needs the local Provider); the layer's Provider is the
  * routing one.
  *
- *   servers <- routing Provider <- Sharding <- transport, storage, health, ShardingConfig
- *           <- Conversation entity <- local Provider (the runtime)
+ *   servers <- routing Provider <- load routing (Load.ts: the runners' loads, probed) <- Sharding
+ *           <- Conversation entity, Work entity <- local Provider (the runtime)
+ *   Sharding <- transport, storage, health, ShardingConfig
  */
 import * as MessageStorage from "@effect/cluster/MessageStorage"
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
@@ -25,14 +26,17 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Option from "effect/Option"
 import type { KeyedTurns } from "../http/KeyedConversations.js"
+import type { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Health from "./Health.js"
+import * as LoadRouting from "./LoadRouting.js"
 import * as Placement from "./Placement.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as SharedKeys from "./SharedKeys.js"
 import * as Storage from "./Storage.js"
 import * as Transport from "./Transport.js"
+import * as WorkEntity from "./WorkEntity.js"
 
 export interface RunnerSettings {
   /** Where the other runners reach this one (a Unix socket path as host with port 0, or HOST:PORT). */
@@ -44,7 +48,12 @@ export interface RunnerSettings {
   readonly detection: Duration.DurationInput
   /** Shards per group: the same on every runner. */
   readonly shards: number
+  /** How long a runner giving up a shard waits for its turns to end (default `defaultDrain`). */
+  readonly drain?: Duration.DurationInput | undefined
 }
+
+/** Turns are given 30 s to end when their shard moves; a turn still running then is interrupted. */
+export const defaultDrain = Duration.seconds(30)
 
 /** Sharding of this runner with its transport, storage (and its SQL client) and health check. */
 export const layerSharding = (
@@ -58,7 +67,12 @@ export const layerSharding = (
       shardsPerGroup: settings.shards,
       // A local turn is not serialized for nothing: it takes the same path minus the socket.
       simulateRemoteSerialization: false,
-      entityTerminationTimeout: timing.detection,
+      // A runner giving up a shard (draining, or a runner joined) lets the shard's turns finish
+      // and saves their conversations' KV before the shard moves, within this bound.
+      entityTerminationTimeout: settings.drain ?? defaultDrain,
+      // Stay registered until the entities have stopped: a runner that unregisters first is
+      // dropped by the others at once, and their requests in flight on it are cut.
+      preemptiveShutdown: false,
       ...timing.config
     }),
     MessageStorage.layerNoop,
@@ -89,9 +103,15 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
 export const layer = (
   settings: RunnerSettings
-): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider> =>
-  Layer.mergeAll(RoutingProvider.layer, ConversationEntity.layer(), SharedKeys.layer).pipe(
-    Layer.provide(Placement.layer(settings.address)),
+): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider | Conversations> =>
+  Layer.mergeAll(
+    // Conversations to their entities; one-offs and decisions by load; the rest local.
+    RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),
+    ConversationEntity.layer(),
+    WorkEntity.layer,
+    SharedKeys.layer
+  ).pipe(
+    Layer.provide(Layer.merge(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards))),
     Layer.provideMerge(layerSharding(settings)),
     Layer.mapError(Storage.withCause),
     Layer.tap(() =>

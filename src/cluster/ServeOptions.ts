@@ -50,6 +50,15 @@ export const options = {
     Options.optional,
     Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_DETECTION")))
   ),
+  clusterConversations: Options.text("cluster-conversations").pipe(
+    Options.withDescription(
+      "Directory of conversation state files shared by all runners (env NATIVEGEN_CLUSTER_CONVERSATIONS; default: this " +
+        "runner's own, under its store): a conversation whose shard moves to another runner is saved there and restored by " +
+        "the new owner instead of recomputed"
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER_CONVERSATIONS")))
+  ),
   clusterShards: Options.integer("cluster-shards").pipe(
     Options.withDescription(
       `Shards the conversations are spread over; the same on every runner (env NATIVEGEN_CLUSTER_SHARDS; default ${defaults.shards})`
@@ -64,6 +73,7 @@ export interface ClusterFlags {
   readonly clusterStorage: Option.Option<string>
   readonly clusterDetection: Option.Option<number>
   readonly clusterShards: Option.Option<number>
+  readonly clusterConversations?: Option.Option<string>
 }
 
 /** The runner's settings from the flags; none when `--cluster` is not given. */

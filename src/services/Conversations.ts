@@ -70,6 +70,12 @@ export class Conversations extends Context.Tag("nativegen/Conversations")<Conver
   readonly recordPrepared: (conversation: string, slot: number, tokens: ReadonlyArray<number>) => Effect.Effect<void>
   /** The tokens recorded for a conversation in memory, if any. */
   readonly held: (conversation: string) => ReadonlyArray<number> | undefined
+  /**
+   * Saves a conversation held in a slot to its state file and forgets it here, as when its slot
+   * is taken over: for a conversation that moves to another runtime sharing the directory (a
+   * cluster runner giving up its shard). Nothing to do when no slot holds it.
+   */
+  readonly handOver: (conversation: string) => Effect.Effect<void>
 }>() {}
 
 /** What a state file must be bound to for the engine now running, when it is known. */
@@ -226,7 +232,12 @@ export const make = Effect.gen(function*() {
     held: (conversation) => {
       const tokens = records.peek(conversation)?.tokens
       return tokens === undefined ? undefined : Array.from(tokens)
-    }
+    },
+    handOver: (conversation) =>
+      serialized(Effect.suspend(() => {
+        const slot = records.peek(conversation)?.slot
+        return slot === undefined ? Effect.void : save(conversation, slot)
+      }))
   })
 })
 

@@ -1,0 +1,167 @@
+/**
+ * How loaded each runner is, as the other runners know it. Every `probeEvery`, a runner asks each
+ * other runner for its load over the cluster transport: a `Load` message to the work entity
+ * (WorkEntity.ts) of a shard that runner holds, answered from its Provider's readiness (engine
+ * ready; the scheduler's running and queued requests and slots) with its own address and the
+ * shards it holds (Sharding.hasShardId). Which runner holds which shard is computed as Sharding
+ * computes it: the healthy runners in the runner storage (a read) on effect's HashRing. The
+ * answer names its runner, so a shard that moved meanwhile only makes a probe land elsewhere.
+ *
+ * Nothing is written to the runner storage: on SQLite, writes of every runner contend for one
+ * lock that @effect/cluster's shard-lock refreshes need within a second (docs/cluster.md).
+ *
+ * An answer is fresh for `staleAfter` by this runner's clock (no clock is compared across
+ * machines); a runner that does not answer drops out then. A runner that is stopping holds no
+ * shards (Sharding reports none once it shuts down) and is not chosen.
+ */
+import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import { RunnerStorage } from "@effect/cluster/RunnerStorage"
+import { Sharding } from "@effect/cluster/Sharding"
+import * as ShardId from "@effect/cluster/ShardId"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as HashRing from "effect/HashRing"
+import * as Schedule from "effect/Schedule"
+import * as Schema from "effect/Schema"
+import { Provider } from "../services/Provider.js"
+import { storedAddress } from "./Placement.js"
+
+/** What one runner answers about itself. */
+export const RunnerLoad = Schema.Struct({
+  /** As the runner storage writes addresses (`HOST:PORT`, `PATH:0`). */
+  address: Schema.String,
+  ready: Schema.Boolean,
+  /** Requests running and queued in its scheduler (all lanes). */
+  running: Schema.NonNegativeInt,
+  queued: Schema.NonNegativeInt,
+  slots: Schema.NonNegativeInt,
+  /** Shard numbers of the default group it holds. */
+  shards: Schema.Array(Schema.Int),
+  /** One-off generations and decisions it served for other runners since it started. */
+  served: Schema.Struct({ generations: Schema.NonNegativeInt, decisions: Schema.NonNegativeInt })
+})
+export type RunnerLoad = typeof RunnerLoad.Type
+
+/** The load that ranks runners: requests running or waiting. */
+export const pending = (load: Pick<RunnerLoad, "running" | "queued">) => load.running + load.queued
+
+export interface LoadTiming {
+  /** How often a runner asks the others. */
+  readonly probeEvery: Duration.DurationInput
+  /** How long an answer may take. */
+  readonly probeTimeout: Duration.DurationInput
+  /** An answer older than this (by the asking runner's clock) is left out. */
+  readonly staleAfter: Duration.DurationInput
+}
+
+export const defaultTiming: LoadTiming = { probeEvery: "250 millis", probeTimeout: "1 second", staleAfter: "2 seconds" }
+
+/** A runner's load as last heard, with the version of that answer (a new probe, a new version). */
+export interface HeardLoad extends RunnerLoad {
+  readonly stamp: number
+}
+
+export class Loads extends Context.Tag("nativegen/cluster/Loads")<Loads, {
+  /** This runner's stored address. */
+  readonly self: string
+  /** This runner's load now (its own scheduler). */
+  readonly own: Effect.Effect<RunnerLoad>
+  /** The other runners' loads as last heard: fresh answers only. */
+  readonly others: Effect.Effect<ReadonlyArray<HeardLoad>>
+  /** Counts a request served for another runner (reported with the load). */
+  readonly served: (kind: "generations" | "decisions") => Effect.Effect<void>
+}>() {}
+
+/**
+ * The runner holding each shard of a group (index 0 is shard 1) as Sharding assigns them: the
+ * healthy runners of the group on a hash ring by weight; undefined when none is healthy.
+ */
+export const assignments = (
+  runners: ReadonlyArray<readonly [{ readonly address: RunnerAddress; readonly groups: ReadonlyArray<string>; readonly weight: number }, boolean]>,
+  group: string,
+  shards: number
+): ReadonlyArray<RunnerAddress> | undefined => {
+  const ring = HashRing.make<RunnerAddress>()
+  for (const [runner, healthy] of runners) {
+    if (healthy && runner.groups.includes(group)) HashRing.add(ring, runner.address, { weight: runner.weight })
+  }
+  return HashRing.getShards(ring, shards)
+}
+
+/**
+ * The Loads of this runner. `probe(shard)` asks the runner holding `shard` for its load (the work
+ * entity's Load message; WorkEntity.ts passes it in, so this module does not depend on it).
+ */
+export const make = (
+  address: RunnerAddress,
+  shards: number,
+  probe: (shard: number) => Effect.Effect<RunnerLoad, unknown>,
+  timing: LoadTiming = defaultTiming
+) =>
+  Effect.gen(function*() {
+    const sharding = yield* Sharding
+    const storage = yield* RunnerStorage
+    const provider = yield* Provider
+    const self = storedAddress(address)
+    const shardIds = Array.from({ length: shards }, (_, i) => ShardId.make("default", i + 1))
+    const served = { generations: 0, decisions: 0 }
+
+    const own = Effect.map(provider.readiness, (r): RunnerLoad => ({
+      address: self,
+      ready: r.state === "ready",
+      running: r.scheduler.running,
+      queued: r.scheduler.queued,
+      slots: r.scheduler.slots,
+      shards: shardIds.filter((id) => sharding.hasShardId(id)).map((id) => id.id),
+      served: { ...served }
+    }))
+
+    const heard = new Map<string, { readonly load: HeardLoad; readonly at: number }>()
+    let version = 0
+    const staleAfter = Duration.toMillis(timing.staleAfter)
+
+    /** One round: the first shard of each other runner, asked at once. */
+    const round = Effect.gen(function*() {
+      const assigned = assignments(yield* storage.getRunners, "default", shards) ?? []
+      const firstShard = new Map<string, number>()
+      assigned.forEach((runner, i) => {
+        const at = storedAddress(runner)
+        if (at !== self && !firstShard.has(at)) firstShard.set(at, i + 1)
+      })
+      yield* Effect.forEach(firstShard.values(), (shard) =>
+        probe(shard).pipe(
+          Effect.timeout(timing.probeTimeout),
+          Effect.tap((load) =>
+            Effect.sync(() => {
+              if (load.address !== self) heard.set(load.address, { load: { ...load, stamp: ++version }, at: Date.now() })
+            })
+          ),
+          Effect.ignore
+        ), { concurrency: "unbounded", discard: true })
+    })
+
+    let failures = 0
+    yield* round.pipe(
+      Effect.tap(() => Effect.sync(() => (failures = 0))),
+      Effect.catchAllCause((cause) =>
+        // Failures in a row are a warning at the first and every 20th, debug lines between.
+        failures++ % 20 === 0
+          ? Effect.logWarning(`cluster load: reading the runners failed ${failures} times in a row`, cause)
+          : Effect.logDebug("cluster load: reading the runners failed", cause)
+      ),
+      Effect.repeat(Schedule.spaced(timing.probeEvery)),
+      Effect.annotateLogs({ service: "Loads" }),
+      Effect.forkScoped
+    )
+
+    return Loads.of({
+      self,
+      own,
+      others: Effect.sync(() => {
+        const now = Date.now()
+        return [...heard.values()].filter((h) => now - h.at <= staleAfter).map((h) => h.load)
+      }),
+      served: (kind) => Effect.sync(() => void served[kind]++)
+    })
+  })

@@ -1,0 +1,160 @@
+/**
+ * One-off generations and decisions go to the least loaded runner. Two real runners (Unix
+ * sockets, one SQLite storage): r1 is kept busy by a long generation (interrupted at the end); one-offs
+ * and decisions sent through r1 are then served by r2 (r2 counts them as served for another
+ * runner in its answer to a load probe, and r1 finishes none of them), and those sent through r2 stay on r2. Once r1 is idle
+ * again, ties go to the entry: one-offs through r1 run on r1. The choice itself is a rule over
+ * all loads (fast-check).
+ */
+import { assert, describe, it, layer } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import * as fc from "effect/FastCheck"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Load from "../../src/cluster/Load.js"
+import { choose } from "../../src/cluster/LoadRouting.js"
+import type { GenerateRequest } from "../../src/domain/Inference.js"
+import { clusterEnv, generationsOf, loadOf, type RunnerProcess, settled, startRunner, viewLayer } from "./membership-support.js"
+
+const SHARDS = 6
+
+class Pair extends Context.Tag("test/Pair")<Pair, { readonly r1: RunnerProcess; readonly r2: RunnerProcess }>() {}
+
+const storageOf = (dir: string) => Path.join(dir, "cluster.db")
+
+const pairLayer = Layer.unwrapScoped(Effect.gen(function*() {
+  const dir = yield* Effect.acquireRelease(
+    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngr-"))),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
+  const view = yield* Layer.build(viewLayer({ _tag: "Sqlite", file: storageOf(dir) }, SHARDS))
+  const env = clusterEnv(storageOf(dir), SHARDS)
+  const [r1, r2] = yield* Effect.all([startRunner(dir, "r1", env), startRunner(dir, "r2", env)], { concurrency: "unbounded" })
+  return Layer.merge(Layer.succeed(Pair, { r1, r2 }), Layer.succeedContext(view))
+}))
+
+const oneOff: GenerateRequest = { messages: [{ role: "user", content: "say something" }], maxTokens: 4, sampling: { temperature: 0 }, thinking: false }
+const decision = { prompt: "is the sea calm?", heads: [{ name: "answer", labels: ["yes", "no"] }] }
+
+/** What `runner` has served for other runners, as it answers a load probe. */
+const servedBy = (runner: RunnerProcess) =>
+  loadOf(runner, SHARDS).pipe(
+    Effect.map((load) => load.served),
+    Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("20 seconds"))),
+    Effect.orDieWith((e) => new Error(`the load of ${runner.name}: ${e}`))
+  )
+
+const runningOn = (runner: RunnerProcess) => Effect.map(runner.provider.readiness, (r) => r.scheduler.running)
+
+describe("one-offs and decisions by load", () => {
+  layer(pairLayer, { timeout: 300_000, excludeTestServices: true })("two runners", (it) => {
+    it.effect("with r1 kept busy, one-offs and decisions sent through r1 are served by r2; through r2 they stay on r2; once r1 is idle they stay on r1", () =>
+      Effect.gen(function*() {
+        const { r1, r2 } = yield* Pair
+        yield* settled([r1, r2], SHARDS)
+        const before = yield* servedBy(r2)
+
+        // Both idle: a one-off through r1 runs on r1 (ties go to the entry).
+        const r1Before = yield* generationsOf(r1)
+        yield* r1.provider.generate(oneOff).pipe(Stream.runDrain)
+        assert.strictEqual(yield* generationsOf(r1), r1Before + 1, "an idle entry serves its own one-off")
+
+        yield* Effect.scoped(Effect.gen(function*() {
+          // r1 busy: a long generation (sampled hot over the whole vocabulary: the script's end of
+          // turn is as unlikely as any other token) runs on r1 until this scope ends.
+          const started = yield* Effect.makeLatch(false)
+          yield* r1.provider.generate({ ...oneOff, maxTokens: 900, sampling: { temperature: 50, topK: 0, topP: 1, seed: 1 } }).pipe(
+            Stream.tap(() => started.open),
+            Stream.runDrain,
+            Effect.forkScoped
+          )
+          yield* started.await
+          assert.strictEqual(yield* runningOn(r1), 1)
+          const r1Busy = yield* generationsOf(r1)
+          const r2Busy = yield* generationsOf(r2)
+
+          // Through the busy r1: served by r2.
+          for (let i = 0; i < 3; i++) {
+            const chunks = Chunk.toArray(
+              yield* Stream.runCollect(r1.provider.generate({ ...oneOff, messages: [{ role: "user", content: `one-off ${i}` }] }))
+            )
+            assert.strictEqual(chunks.at(-1)?._tag, "Done")
+          }
+          for (let i = 0; i < 2; i++) {
+            const result = yield* r1.provider.decide(decision)
+            assert.strictEqual(result.heads[0]!.labels.length, 2)
+          }
+          const served = yield* servedBy(r2)
+          assert.deepStrictEqual(served, { generations: before.generations + 3, decisions: before.decisions + 2 })
+          assert.strictEqual(yield* generationsOf(r2), r2Busy + 3, "r2 ran the three one-offs")
+          assert.strictEqual(yield* generationsOf(r1), r1Busy, "r1 ran none of them")
+
+          // Through r2 (the least loaded itself): served on r2, not for another runner.
+          yield* r2.provider.generate(oneOff).pipe(Stream.runDrain)
+          yield* r2.provider.decide(decision)
+          assert.strictEqual(yield* generationsOf(r2), r2Busy + 4)
+          assert.strictEqual(yield* generationsOf(r1), r1Busy)
+          assert.deepStrictEqual(yield* servedBy(r2), served)
+          // r1 was busy all along.
+          assert.strictEqual(yield* runningOn(r1), 1)
+        }))
+
+        // r1 idle again (its reader gone): one-offs through r1 stay on r1.
+        yield* Effect.flatMap(runningOn(r1), (n) => n === 0 ? Effect.void : Effect.fail("still running")).pipe(
+          Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo("10 seconds"))),
+          Effect.orDie
+        )
+        const r1Idle = yield* generationsOf(r1)
+        const r2Idle = yield* generationsOf(r2)
+        yield* r1.provider.generate(oneOff).pipe(Stream.runDrain)
+        assert.strictEqual(yield* generationsOf(r1), r1Idle + 1)
+        assert.strictEqual(yield* generationsOf(r2), r2Idle)
+      }).pipe(Effect.tapErrorCause(() => Effect.flatMap(Pair, ({ r1, r2 }) => Effect.sync(() => Fs.writeFileSync("/tmp/drain-runners.log", `r1:\n${r1.log()}\nr2:\n${r2.log()}`))))), 120_000)
+  })
+})
+
+describe("choosing a runner", () => {
+  const load = fc.record({
+    address: fc.constantFrom("a", "b", "c", "d"),
+    ready: fc.boolean(),
+    running: fc.nat(4),
+    queued: fc.nat(4),
+    slots: fc.constant(2),
+    shards: fc.array(fc.integer({ min: 1, max: 6 }), { maxLength: 3 }),
+    served: fc.constant({ generations: 0, decisions: 0 }),
+    stamp: fc.constantFrom(1, 2)
+  })
+  it.prop(
+    "the choice is a least loaded usable runner, the entry itself on ties; never one not ready or without shards",
+    [
+      load,
+      fc.uniqueArray(load, { selector: (l) => l.address, maxLength: 3 }),
+      fc.array(fc.tuple(fc.constantFrom("a", "b", "c", "d"), fc.nat(5))),
+      fc.array(fc.tuple(fc.constantFrom("a", "b", "c", "d"), fc.record({ stamp: fc.constantFrom(1, 2), count: fc.nat(3) }))),
+      fc.double({ min: 0, max: 0.999 })
+    ],
+    ([own0, others, sentList, finishedList, r]) => {
+      const own = { ...own0, address: "self" }
+      const known = { sent: new Map<string, number>(sentList), finished: new Map(finishedList) }
+      const chosen = choose(own, others, known, () => r)
+      const usable = others.filter((l) => l.ready && l.shards.length > 0)
+      // Published load, less what finished since that very row, never below what is in flight.
+      const reckon = (l: Load.HeardLoad) => {
+        const f = known.finished.get(l.address)
+        return Math.max(Load.pending(l) - (f !== undefined && f.stamp === l.stamp ? f.count : 0), known.sent.get(l.address) ?? 0)
+      }
+      const least = Math.min(...usable.map(reckon))
+      if (chosen === undefined) {
+        return usable.length === 0 || (own.ready && Load.pending(own) <= least)
+      }
+      return usable.some((l) => l === chosen) && reckon(chosen) === least && !(own.ready && Load.pending(own) <= least)
+    }
+  )
+})
+
