@@ -29,6 +29,7 @@ import * as Health from "./Health.js"
 import * as Placement from "./Placement.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as Storage from "./Storage.js"
+import * as Transcripts from "./Transcripts.js"
 import * as Transport from "./Transport.js"
 
 export interface RunnerSettings {
@@ -88,7 +89,7 @@ export const layer = (
   settings: RunnerSettings
 ): Layer.Layer<Provider | Sharding, SqlError | SocketServer.SocketServerError, Provider> =>
   Layer.merge(RoutingProvider.layer, ConversationEntity.layer()).pipe(
-    Layer.provide(Placement.layer(settings.address)),
+    Layer.provide(Layer.merge(Placement.layer(settings.address), Transcripts.layer)),
     Layer.provideMerge(layerSharding(settings)),
     Layer.tap(() =>
       Effect.logInfo(
