@@ -56,10 +56,17 @@ export const keptPerConversation = 4
 const retryBusy = Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(4)))
 
 export const make = Effect.gen(function*() {
-  const sql = (yield* SqlClient.SqlClient).withoutTransforms()
-  yield* createTable
+  const client = yield* SqlClient.SqlClient
+  const sql = client.withoutTransforms()
+  // Created on first use, not at start: runners starting together already contend for the
+  // storage's write lock (tables, WAL, registration, shard locks); a runner must not fail to start
+  // for a table it needs only after its first turn.
+  let created = false
+  const table_ = Effect.suspend(() =>
+    created ? Effect.void : Effect.tap(Effect.provideService(createTable, SqlClient.SqlClient, client), () => (created = true))
+  )
   const write = (conversation: string, messages: ReadonlyArray<ChatMessage>, checkpoint: Checkpoint) =>
-    sql.withTransaction(Effect.zipRight(
+    Effect.zipRight(table_, sql.withTransaction(Effect.zipRight(
       sql`INSERT INTO ${sql(table)} (conversation, checkpoint_tokens, checkpoint_hash, messages, updated_at)
         VALUES (${conversation}, ${checkpoint.tokens}, ${checkpoint.hash}, ${encodeMessages(messages)}, ${new Date().toISOString()})
         ON CONFLICT (conversation, checkpoint_tokens, checkpoint_hash) DO UPDATE SET messages = excluded.messages,
@@ -67,7 +74,8 @@ export const make = Effect.gen(function*() {
       sql`DELETE FROM ${sql(table)} WHERE conversation = ${conversation} AND updated_at < (
         SELECT MIN(updated_at) FROM (SELECT updated_at FROM ${sql(table)} WHERE conversation = ${conversation}
           ORDER BY updated_at DESC LIMIT ${keptPerConversation}) AS newest)`
-    )).pipe(
+    ))).pipe(
+      Effect.asVoid,
       Effect.retry(retryBusy),
       Effect.catchAllCause((cause) =>
         Effect.logWarning("cluster: the conversation's transcript was not recorded", cause).pipe(
@@ -76,9 +84,9 @@ export const make = Effect.gen(function*() {
       )
     )
   const lookup = (checkpoint: Checkpoint) =>
-    sql<{ messages: string }>`SELECT messages FROM ${sql(table)}
+    Effect.zipRight(table_, sql<{ messages: string }>`SELECT messages FROM ${sql(table)}
       WHERE conversation = ${checkpoint.conversation} AND checkpoint_tokens = ${checkpoint.tokens}
-        AND checkpoint_hash = ${checkpoint.hash}`.pipe(
+        AND checkpoint_hash = ${checkpoint.hash}`).pipe(
       Effect.retry(retryBusy),
       Effect.map((rows) => rows.length === 0 ? undefined : Option.getOrUndefined(decodeMessages(rows[0]!.messages))),
       Effect.catchAllCause((cause) =>

@@ -144,15 +144,21 @@ export const settled = (runners: ReadonlyArray<Member>) =>
       const live = new Set(runners.map((m) => m.stored))
       return s.shards?.size === shards && runners.every((m) => owners.has(m.stored)) && [...owners].every((o) => live.has(o))
         ? Effect.succeed(s)
-        : Effect.fail(`not settled: ${JSON.stringify([...(s.shards ?? [])])}`)
+        : Effect.fail(`not settled: runners ${JSON.stringify(s.runners)}, locks ${JSON.stringify([...(s.shards ?? [])])}`)
     })
-    const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("90 seconds"))))
+    const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("60 seconds"))))
     yield* Effect.sleep("1500 millis")
     const second = yield* read
     return JSON.stringify([...first.shards!].sort()) === JSON.stringify([...second.shards!].sort())
       ? second
       : yield* Effect.fail("the shard locks moved")
-  }).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+  }).pipe(
+    Effect.retry({ times: 3 }),
+    Effect.catchAll((reason) =>
+      Effect.dieMessage(`${reason}\n${runners.map((m) => `--- ${m.name}:\n${m.server()?.log().slice(-4000) ?? "down"}`).join("\n")}`)
+    ),
+    Effect.orDie
+  )
 
 /** Conversation ids `prefix-N` whose shard `member` holds in `snapshot`, `count` of them. */
 export const idsOwnedBy = (snapshot: Status.ClusterSnapshot, member: Member, count: number, prefix: string) =>

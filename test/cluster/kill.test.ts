@@ -10,6 +10,9 @@
 import { assert, describe, layer } from "@effect/vitest"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Schedule from "effect/Schedule"
+import * as Status from "../../src/cluster/Status.js"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
@@ -51,6 +54,7 @@ describe("a runner SIGKILLed", () => {
         const { members } = yield* KillCluster
         const [r1, r2, r3] = members
         const snapshot = yield* settled(members)
+        yield* Effect.logInfo("settled")
         const [first, second, third] = yield* idsOwnedBy(snapshot, r3!, 3, "victim")
         const user1: ChatMessage = { role: "user", content: "where is the ship" }
         // A turn of each on r3 (through r1), so r3 holds their KV.
@@ -58,8 +62,18 @@ describe("a runner SIGKILLed", () => {
         yield* collect(r1!.provider(), { messages: [user1], conversation: second!, ...settings })
         const other = yield* collect(r1!.provider(), { messages: [user1], conversation: third!, ...settings })
 
+        yield* Effect.logInfo("first turns served")
         yield* r3!.kill
         const killedAt = performance.now()
+        // What the storage shows while the shard moves (for the log).
+        const watch = yield* Effect.fork(Effect.repeat(
+          Effect.flatMap(Effect.orDie(Status.snapshot), (s) => {
+            const held = new Map<string, number>()
+            for (const owner of s.shards?.values() ?? []) held.set(owner, (held.get(owner) ?? 0) + 1)
+            return Effect.logInfo(`+${(performance.now() - killedAt).toFixed(0)} ms: runners ${JSON.stringify(s.runners)}, locks ${JSON.stringify([...held])}`)
+          }),
+          Schedule.spaced("2 seconds")
+        ))
         // At once, a turn of a conversation r3 held, through a surviving runner: it waits for the shard to move.
         const served = yield* timedTurn(r1!.provider(), { messages: [{ role: "user", content: "the storm" }], conversation: second!, ...settings }, killedAt)
         const holder = yield* holderOf(second!)
@@ -67,10 +81,15 @@ describe("a runner SIGKILLed", () => {
           `detection ${DETECTION} s: first chunk ${served.firstChunkMillis.toFixed(0)} ms after the kill, done at ` +
             `${served.doneMillis.toFixed(0)} ms; shard now on ${holder}`
         )
+        yield* Fiber.interrupt(watch)
+        if (served.firstChunkMillis > 2 * DETECTION * 1000) {
+          yield* Effect.logInfo(`--- r1:\n${r1!.server()?.log().slice(-6000)}\n--- r2:\n${r2!.server()?.log().slice(-6000)}`)
+        }
         assert.include([r1!.stored, r2!.stored], holder)
         assert.isAbove(tokensOf(served.chunks).length, 0)
         assert.isBelow(served.firstChunkMillis, 2 * DETECTION * 1000, "served again within twice the detection time")
 
+        yield* Effect.logInfo("served again")
         // The first conversation's next turn: its KV died with r3; recomputed from its transcript.
         const history: ReadonlyArray<ChatMessage> = [user1, { role: "assistant", content: answerOf(one) }, { role: "user", content: "and the crew" }]
         const continued = yield* collect(r1!.provider(), { messages: history, conversation: first!, checkpoint: doneOf(one).checkpoint!, ...settings })
@@ -80,10 +99,12 @@ describe("a runner SIGKILLed", () => {
         assert.include(["cold", "prefix"], doneOf(continued).usage.reuse)
         assert.deepStrictEqual(tokensOf(continued), tokensOf(plain))
         assert.strictEqual(doneOf(continued).usage.promptTokens, doneOf(plain).usage.promptTokens)
+        yield* Effect.logInfo("continued")
         // A client that sends only the new turn with its checkpoint: the history is the transcript the cluster recorded.
         const bare = yield* collect(r2!.provider(), { messages: [history[2]!], checkpoint: doneOf(other).checkpoint!, ...settings })
         assert.include(["cold", "prefix"], doneOf(bare).usage.reuse)
         assert.deepStrictEqual(tokensOf(bare), tokensOf(plain))
+        yield* Effect.logInfo("continued from the recorded transcript")
         // A checkpoint the cluster never gave out is refused, as on a single server.
         const forged = yield* Effect.flip(collect(r1!.provider(), {
           messages: [history[2]!],
@@ -91,6 +112,6 @@ describe("a runner SIGKILLed", () => {
           ...settings
         }))
         assert.strictEqual(forged._tag, "InvalidCheckpoint")
-      }))
+      }), 300_000)
   })
 })
