@@ -9,8 +9,7 @@
  * with every shard-lock refresh, goes stale: SqlRunnerStorage lists only runners whose heartbeat is
  * younger than the lock expiry, so every runner drops it from its ring at its next assignment
  * refresh, when its locks have expired too. The second path also covers the runner that held the
- * health check itself. The acquisition loop, after a failed storage call, waits the message poll
- * interval (10 s by default): it is a third of the detection time too.
+ * health check itself.
  */
 import * as RunnerHealth from "@effect/cluster/RunnerHealth"
 import * as Runners from "@effect/cluster/Runners"
@@ -30,8 +29,7 @@ export const timing = (detection: Duration.DurationInput) => {
       runnerHealthCheckInterval: third,
       shardLockRefreshInterval: third,
       shardLockExpiration: total,
-      refreshAssignmentsInterval: third,
-      entityMessagePollInterval: third
+      refreshAssignmentsInterval: third
     } satisfies Partial<ShardingConfig.ShardingConfig["Type"]>
   }
 }
