@@ -192,6 +192,13 @@ describe("runners SIGKILLed mid-stream", () => {
             Effect.timeout(REQUEST_LIMIT),
             Effect.exit
           )
+          if (Exit.isFailure(served)) {
+            const now = yield* Effect.orDie(Status.snapshot)
+            yield* Effect.logInfo(
+              `kill ${k}: probe ${probe} (shard ${yield* Status.shardOf(probe!)}) not served; storage now: ${JSON.stringify(now.runners)} ` +
+                `${JSON.stringify([...(now.shards ?? [])])}\nin flight: ${JSON.stringify([...inFlight.values()])}\n--- r1:\n${r1.server()?.log().slice(-5000)}`
+            )
+          }
           assert.isTrue(Exit.isSuccess(served), `kill ${k}: the probe turn was not served: ${Exit.isFailure(served) ? Cause.pretty(served.cause) : ""}`)
           kills.push({ victim: victim.name, midStream: streaming, servedAgainMillis: (first ?? performance.now()) - killedAt, restartWaitMillis })
         }
