@@ -6,6 +6,15 @@
  * that what it passes on is one unbroken stream (RoutingProvider). Turns are volatile messages
  * (not persisted): a turn is never replayed from storage. The chunks go as the runtime batches
  * them (one message per engine chunk, not per token).
+ *
+ * A conversation outlives its runner: each turn's messages and reply are recorded under the
+ * checkpoint it ended with (Transcripts). When a turn comes with a checkpoint this runner cannot
+ * verify (the conversation was served by a runner that died, whose KV and token records died with
+ * it), and the cluster gave that checkpoint out, the turn is recomputed from the transcript: the
+ * request's own messages when they hold the history, else the recorded ones followed by the new
+ * turn. The runtime then reports the reuse it found (`cold`, or `prefix`); with state files shared
+ * between the runners, a checkpoint whose state file was saved (its slot taken over, or a graceful
+ * stop) verifies from that file and restores it (`restored`) without coming here.
  */
 import * as Entity from "@effect/cluster/Entity"
 import * as Rpc from "@effect/rpc/Rpc"
@@ -13,11 +22,13 @@ import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import { GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { type ChatMessage, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { replyOf } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
-import { ProviderError } from "../services/ProviderError.js"
+import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
 import { Placement } from "./Placement.js"
+import { Transcripts } from "./Transcripts.js"
 
 /** One chunk of a turn with its place in the turn. */
 export const TurnChunk = Schema.Struct({
@@ -50,6 +61,9 @@ export const stamp = (turn: string) => <E, R>(chunks: Stream.Stream<GenerateChun
     { turn, index: at.index, seq: at.seq, chunk }
   ])
 
+/** Whether a turn's messages carry the conversation's history (an assistant message), not only the new turn. */
+const holdsHistory = (messages: ReadonlyArray<ChatMessage>) => messages.some((m) => m.role === "assistant")
+
 /**
  * The entity's handlers over the runner's local Provider. Turns of one conversation run one at a
  * time, in arrival order; an idle entity is dropped after `maxIdleTime` (the conversation's KV
@@ -65,11 +79,56 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
       const conversations = yield* Conversations
       const { entityId } = yield* Entity.CurrentAddress
       yield* Effect.addFinalizer(() => conversations.handOver(entityId))
+      const transcripts = yield* Transcripts
+
+      /**
+       * A turn computed from `messages` (its history and the new turn), whose Done chunk goes out
+       * once the transcript with its reply is recorded. With no messages known (a turn that sent
+       * only its new messages, continuing a transcript that is not recorded), nothing is recorded.
+       */
+      const recorded = (conversation: string, request: GenerateRequest, messages: Effect.Effect<ReadonlyArray<ChatMessage> | undefined>) =>
+        Stream.suspend(() => {
+          const reply: Array<GenerateChunk> = []
+          return provider.generate(request).pipe(
+            Stream.tap((chunk) => {
+              if (chunk._tag !== "Done") return Effect.sync(() => reply.push(chunk))
+              if (chunk.checkpoint === undefined || request.prompt !== undefined) return Effect.void
+              const checkpoint = chunk.checkpoint
+              return Effect.flatMap(messages, (known) =>
+                known === undefined ? Effect.void : transcripts.record(conversation, [...known, replyOf(reply)], checkpoint))
+            })
+          )
+        })
+
+      /** The turn's messages with its history: its own, or the transcript recorded with its checkpoint before them. */
+      const withHistory = (request: GenerateRequest) =>
+        request.checkpoint === undefined || holdsHistory(request.messages)
+          ? Effect.succeed(request.messages)
+          : Effect.map(transcripts.lookup(request.checkpoint), (history) => history && [...history, ...request.messages])
+
+      /** A turn whose checkpoint this runner cannot verify: recomputed from the transcript, if the cluster gave the checkpoint out. */
+      const recompute = (conversation: string, request: GenerateRequest, refused: InvalidCheckpoint) =>
+        Stream.unwrap(Effect.gen(function*() {
+          const checkpoint = request.checkpoint
+          const history = checkpoint === undefined ? undefined : yield* transcripts.lookup(checkpoint)
+          if (history === undefined) return Stream.fail(refused)
+          const messages = holdsHistory(request.messages) ? request.messages : [...history, ...request.messages]
+          const { checkpoint: _, ...plain } = request
+          yield* Effect.logInfo(`conversation ${conversation}: checkpoint unknown on this runner (${refused.reason}); recomputed from its transcript`)
+          return recorded(conversation, { ...plain, conversation, messages }, Effect.succeed(messages))
+        }))
+
+      const turn = (conversation: string, request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> =>
+        recorded(conversation, request, withHistory(request)).pipe(
+          // The checkpoint is checked before any output: nothing was delivered when this is refused.
+          Stream.catchTag("InvalidCheckpoint", (refused) => recompute(conversation, request, refused))
+        )
+
       return {
         Turn: ({ address, payload }) =>
           Stream.unwrap(Effect.as(
             placement.record(address.entityId),
-            provider.generate(payload.request).pipe(stamp(payload.turn))
+            turn(address.entityId, payload.request).pipe(stamp(payload.turn))
           ))
       }
     }),

@@ -3,6 +3,13 @@
  * tries six times (about a minute); here one detection time drives it all: a runner is pinged
  * every third of it, a ping that takes longer than a third of it counts as lost, two lost pings
  * in a row make the runner unhealthy, and shard locks expire after it.
+ *
+ * Two paths free a dead runner's shards, whichever comes first: the health check (a cluster
+ * singleton, on whichever runner holds its shard) marks it unhealthy; or its heartbeat, written
+ * with every shard-lock refresh, goes stale: SqlRunnerStorage lists only runners whose heartbeat is
+ * younger than the lock expiry, so every runner drops it from its ring at its next assignment
+ * refresh, when its locks have expired too. The second path also covers the runner that held the
+ * health check itself.
  */
 import * as RunnerHealth from "@effect/cluster/RunnerHealth"
 import * as Runners from "@effect/cluster/Runners"

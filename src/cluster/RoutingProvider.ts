@@ -11,9 +11,16 @@
  * with `GenerationFailed` (the tokens already delivered, and why) instead: nothing is delivered
  * twice, nothing re-run silently. A runner lost before the first chunk leaves nothing delivered:
  * the re-sent turn is served once, whole.
+ *
+ * When the cluster drops a runner (its health check failed, or its heartbeat went stale), it
+ * closes its connection to it, and a turn streaming from it, or waiting to be sent to it, ends
+ * interrupted rather than re-sent. The same rule applies: after tokens were delivered, the turn
+ * fails with `GenerationFailed { deliveredTokens }`; before any, it is sent again (a new turn id),
+ * and waits for the shard's next owner.
  */
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
 import type * as Sharding from "@effect/cluster/Sharding"
+import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -67,6 +74,9 @@ export const exactlyOnce = (conversation: string, turn: string) =>
     )
   })
 
+/** How many times a turn lost before its first token is sent again (each waits for the shard's next owner). */
+export const lostTurnRetries = 4
+
 /** What the cluster refuses a turn with, as the runtime's own errors. */
 const refusal = (conversation: string) =>
 (error: MailboxFull | AlreadyProcessingMessage | PersistenceError): ProviderError =>
@@ -85,17 +95,47 @@ export const make = Effect.gen(function*() {
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
     const conversation = conversationOf(request)
     if (conversation === undefined) return local.generate(request)
-    return Stream.suspend(() => {
-      const turn = Crypto.randomUUID()
-      return clientFor(conversation).Turn({ turn, request }).pipe(
-        Stream.catchTags({
-          MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
-          AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
-          PersistenceError: (e) => Stream.fail(refusal(conversation)(e))
-        }),
-        exactlyOnce(conversation, turn)
-      )
-    })
+    const attempt = (tries: number): Stream.Stream<GenerateChunk, ProviderError> =>
+      Stream.suspend(() => {
+        const turn = Crypto.randomUUID()
+        let chunks = 0
+        let delivered = 0
+        return clientFor(conversation).Turn({ turn, request }).pipe(
+          Stream.catchTags({
+            MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
+            AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
+            PersistenceError: (e) => Stream.fail(refusal(conversation)(e))
+          }),
+          exactlyOnce(conversation, turn),
+          Stream.tap((chunk) =>
+            Effect.sync(() => {
+              chunks++
+              delivered += tokenCount(chunk)
+            })
+          ),
+          Stream.catchAllCause((cause) => {
+            // Our own interruption is not caught here; an interruption that ends the turn's stream
+            // is the cluster dropping the runner that served it (its connection is closed).
+            if (!Cause.isInterruptedOnly(cause)) return Stream.failCause(cause)
+            if (chunks > 0) {
+              return Stream.fail(new GenerationFailed({
+                deliveredTokens: delivered,
+                reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens; ` +
+                  `the turn was stopped, not re-run`
+              }))
+            }
+            // Lost before anything was delivered: sent again, to the shard's next owner.
+            return tries < lostTurnRetries
+              ? attempt(tries + 1)
+              : Stream.fail(
+                new EngineUnavailable({
+                  reason: `conversation ${conversation}: its runner was lost ${tries + 1} times before the turn began`
+                })
+              )
+          })
+        )
+      })
+    return attempt(0)
   }
   return Provider.of({ ...local, generate })
 })

@@ -35,6 +35,7 @@ import * as Placement from "./Placement.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as SharedKeys from "./SharedKeys.js"
 import * as Storage from "./Storage.js"
+import * as Transcripts from "./Transcripts.js"
 import * as Transport from "./Transport.js"
 import * as WorkEntity from "./WorkEntity.js"
 
@@ -111,7 +112,7 @@ export const layer = (
     WorkEntity.layer,
     SharedKeys.layer
   ).pipe(
-    Layer.provide(Layer.merge(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards))),
+    Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),
     Layer.provideMerge(layerSharding(settings)),
     Layer.mapError(Storage.withCause),
     Layer.tap(() =>

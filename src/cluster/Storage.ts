@@ -80,7 +80,16 @@ export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClie
 /** How long a write transaction waits for another runner's to end before it fails. */
 export const writerWait = 60_000
 
-const isBusy = (error: unknown) => error instanceof Error && "code" in error && error.code === "SQLITE_BUSY"
+/**
+ * SQLITE_BUSY and its extended codes (BUSY_RECOVERY: a connection is recovering the WAL of a
+ * runner that died mid-write; BUSY_SNAPSHOT), and SQLITE_LOCKED: all mean "wait and try again".
+ */
+const isBusy = (error: unknown) => {
+  if (!(error instanceof Error)) return false
+  const code = "code" in error && typeof error.code === "string" ? error.code : ""
+  const raw = "rawCode" in error && typeof error.rawCode === "number" ? error.rawCode & 0xff : -1
+  return code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED") || raw === 5 || raw === 6
+}
 
 /** The BEGIN of a libsql transaction mode (as @libsql/client's own). */
 const beginOf = (mode: Libsql.TransactionMode) =>

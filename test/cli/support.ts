@@ -154,6 +154,8 @@ export const smallServerEnv = {
 }
 
 export interface Server {
+  /** The server process (the leader of its process group). */
+  readonly pid: number
   readonly socket: string
   readonly log: () => string
   readonly enginePid: number
@@ -209,6 +211,7 @@ export const startServer = (
       Effect.catchAll(() => Effect.die(new Error(`the server (pid ${child.pid}) was not ready within ${Duration.format(readyWithin)}:\n${output}`)))
     )
     return {
+      pid: child.pid!,
       socket: Path.join(home.env.XDG_RUNTIME_DIR!, "nativegen", "nativegen.sock"),
       log: () => output,
       enginePid: Number(match[1])

@@ -1,0 +1,17 @@
+/**
+ * `npm run bench cluster-kill`: the Jepsen-style tally of test/cluster/kill-tally.test.ts with 20
+ * SIGKILLs (the CI run does 2): three real runners, clients sending turns without pause, r2 and r3
+ * killed in turn mid-stream and started again. Prints the tally (how every request ended, the time
+ * to serve again after each kill) from the test's log.
+ */
+import * as ChildProcess from "node:child_process"
+import * as Path from "node:path"
+
+const root = Path.join(import.meta.dirname, "..")
+const kills = process.env.NATIVEGEN_KILL_TALLY_KILLS ?? "20"
+const result = ChildProcess.spawnSync(
+  "npx",
+  ["vitest", "run", "test/cluster/kill-tally.test.ts"],
+  { cwd: root, stdio: "inherit", env: { ...process.env, NATIVEGEN_KILL_TALLY_KILLS: kills } }
+)
+process.exitCode = result.status ?? 1
