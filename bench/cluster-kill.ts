@@ -12,6 +12,6 @@ const kills = process.env.NATIVEGEN_KILL_TALLY_KILLS ?? "20"
 const result = ChildProcess.spawnSync(
   "npx",
   ["vitest", "run", "test/cluster/kill-tally.test.ts"],
-  { cwd: root, stdio: "inherit", env: { ...process.env, NATIVEGEN_KILL_TALLY_KILLS: kills } }
+  { cwd: root, stdio: "inherit", env: { ...process.env, NATIVEGEN_KILL_TALLY_KILLS: kills, NATIVEGEN_CLUSTER_FAILOVER_TESTS: "1" } }
 )
 process.exitCode = result.status ?? 1

@@ -181,6 +181,6 @@ describe("a cluster of three runners", () => {
           assert.strictEqual(placed.get(id)?.lastTurnOn, pathOf(member), id)
           assert.strictEqual(placed.get(id)?.holder, pathOf(member), id)
         }
-      }))
+      }), 240_000)
   })
 })
