@@ -15,21 +15,13 @@ import * as Schedule from "effect/Schedule"
 import * as Status from "../../src/cluster/Status.js"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
-import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import type { ChatMessage, GenerateRequest } from "../../src/domain/Inference.js"
 import type { Provider } from "../../src/services/Provider.js"
 import { holderOf, idsOwnedBy, KillCluster, layer as clusterLayer, settled, viewLayer } from "./kill-support.js"
+import { answerOf, collectFrom, doneOf, tokensOf } from "../support/generation.js"
 
 const DETECTION = 3
 
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  return last?._tag === "Done" ? last : assert.fail(`the last chunk is ${last?._tag}`)
-}
-const collect = (provider: Provider["Type"], request: GenerateRequest) =>
-  Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray)
 
 const settings = { maxTokens: 6, sampling: { temperature: 0 }, thinking: false } as const
 
@@ -66,9 +58,9 @@ describe.skipIf(!failoverTests)("a runner SIGKILLed", () => {
         const [first, second, third] = yield* idsOwnedBy(snapshot, r3!, 3, "victim")
         const user1: ChatMessage = { role: "user", content: "where is the ship" }
         // A turn of each on r3 (through r1), so r3 holds their KV.
-        const one = yield* collect(r1!.provider(), { messages: [user1], conversation: first!, ...settings })
-        yield* collect(r1!.provider(), { messages: [user1], conversation: second!, ...settings })
-        const other = yield* collect(r1!.provider(), { messages: [user1], conversation: third!, ...settings })
+        const one = yield* collectFrom(r1!.provider(), { messages: [user1], conversation: first!, ...settings })
+        yield* collectFrom(r1!.provider(), { messages: [user1], conversation: second!, ...settings })
+        const other = yield* collectFrom(r1!.provider(), { messages: [user1], conversation: third!, ...settings })
 
         yield* Effect.logInfo("first turns served")
         yield* r3!.kill
@@ -100,21 +92,21 @@ describe.skipIf(!failoverTests)("a runner SIGKILLed", () => {
         yield* Effect.logInfo("served again")
         // The first conversation's next turn: its KV died with r3; recomputed from its transcript.
         const history: ReadonlyArray<ChatMessage> = [user1, { role: "assistant", content: answerOf(one) }, { role: "user", content: "and the crew" }]
-        const continued = yield* collect(r1!.provider(), { messages: history, conversation: first!, checkpoint: doneOf(one).checkpoint!, ...settings })
+        const continued = yield* collectFrom(r1!.provider(), { messages: history, conversation: first!, checkpoint: doneOf(one).checkpoint!, ...settings })
         // The same history as a new conversation on one runtime (r1's own, no hop).
         const [alone] = yield* idsOwnedBy(snapshot, r1!, 1, "alone")
-        const plain = yield* collect(r1!.provider(), { messages: history, conversation: alone!, ...settings })
+        const plain = yield* collectFrom(r1!.provider(), { messages: history, conversation: alone!, ...settings })
         assert.include(["cold", "prefix"], doneOf(continued).usage.reuse)
         assert.deepStrictEqual(tokensOf(continued), tokensOf(plain))
         assert.strictEqual(doneOf(continued).usage.promptTokens, doneOf(plain).usage.promptTokens)
         yield* Effect.logInfo("continued")
         // A client that sends only the new turn with its checkpoint: the history is the transcript the cluster recorded.
-        const bare = yield* collect(r2!.provider(), { messages: [history[2]!], checkpoint: doneOf(other).checkpoint!, ...settings })
+        const bare = yield* collectFrom(r2!.provider(), { messages: [history[2]!], checkpoint: doneOf(other).checkpoint!, ...settings })
         assert.include(["cold", "prefix"], doneOf(bare).usage.reuse)
         assert.deepStrictEqual(tokensOf(bare), tokensOf(plain))
         yield* Effect.logInfo("continued from the recorded transcript")
         // A checkpoint the cluster never gave out is refused, as on a single server.
-        const forged = yield* Effect.flip(collect(r1!.provider(), {
+        const forged = yield* Effect.flip(collectFrom(r1!.provider(), {
           messages: [history[2]!],
           checkpoint: { ...doneOf(other).checkpoint!, hash: "0".repeat(64) },
           ...settings

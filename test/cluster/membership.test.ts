@@ -20,8 +20,8 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Status from "../../src/cluster/Status.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
-import type { Provider } from "../../src/services/Provider.js"
 import { clusterEnv, generationsOf, type RunnerProcess, settled, startRunner, viewLayer } from "./membership-support.js"
+import { answerOf, collectFrom, doneOf, tokensOf } from "../support/generation.js"
 
 const SHARDS = 6
 
@@ -45,15 +45,6 @@ const clusterLayer = Layer.unwrapScoped(Effect.gen(function*() {
 }))
 
 const settings = { maxTokens: 8, sampling: { temperature: 0 }, thinking: false } as const
-const collect = (provider: Provider["Type"], request: GenerateRequest) =>
-  Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray)
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  return last?._tag === "Done" ? last : assert.fail(`the last chunk is ${last?._tag}`)
-}
 
 /** A conversation id whose shard `owner` holds in `snapshot`. */
 const ownedBy = (snapshot: Status.ClusterSnapshot, owner: RunnerProcess, tag: string) =>
@@ -86,7 +77,7 @@ describe("membership", () => {
         // Traffic through r1 while r3 joins: one-offs one after another; every one must succeed.
         const served = yield* Ref.make(0)
         const traffic = yield* Effect.forever(
-          Effect.zipRight(collect(r1.provider, { messages: [{ role: "user", content: "hello" }], ...settings }), Ref.update(served, (n) => n + 1))
+          Effect.zipRight(collectFrom(r1.provider, { messages: [{ role: "user", content: "hello" }], ...settings }), Ref.update(served, (n) => n + 1))
         ).pipe(Effect.fork)
         const r3 = yield* startRunner(dir, "r3", env)
         const withR3 = yield* settled([r1, r2, r3], SHARDS)
@@ -97,7 +88,7 @@ describe("membership", () => {
         // A new conversation in one of r3's shards, sent through r1, is served by r3.
         const onR3 = yield* ownedBy(withR3, r3, "joined")
         const r3Before = yield* generationsOf(r3)
-        const joined = yield* collect(r1.provider, { messages: [{ role: "user", content: "hi there" }], conversation: onR3, ...settings })
+        const joined = yield* collectFrom(r1.provider, { messages: [{ role: "user", content: "hi there" }], conversation: onR3, ...settings })
         assert.strictEqual(doneOf(joined).stopReason.length > 0, true)
         assert.strictEqual(yield* generationsOf(r3), r3Before + 1, "r3 served the new conversation")
 
@@ -105,11 +96,11 @@ describe("membership", () => {
         const a = yield* ownedBy(withR3, r2, "drained-a")
         const b = yield* ownedBy(withR3, r2, "drained-b")
         const userA: ChatMessage = { role: "user", content: "where is the ship" }
-        const firstA = yield* collect(r1.provider, { messages: [userA], conversation: a, ...settings })
+        const firstA = yield* collectFrom(r1.provider, { messages: [userA], conversation: a, ...settings })
         // The same two turns on one runtime alone (a conversation r1 owns), for the tokens.
         const alone = yield* ownedBy(withR3, r1, "alone")
-        const firstAlone = yield* collect(r1.provider, { messages: [userA], conversation: alone, ...settings })
-        const secondAlone = yield* collect(r1.provider, follow(firstAlone, userA, alone))
+        const firstAlone = yield* collectFrom(r1.provider, { messages: [userA], conversation: alone, ...settings })
+        const secondAlone = yield* collectFrom(r1.provider, follow(firstAlone, userA, alone))
 
         const started = yield* Effect.makeLatch(false)
         const turnB = yield* r1.provider.generate({ messages: [{ role: "user", content: "tell me a long story" }], conversation: b, maxTokens: 48, sampling: { temperature: 0 }, thinking: false }).pipe(
@@ -134,7 +125,7 @@ describe("membership", () => {
         const after = yield* settled([r1, r3], SHARDS)
         const newOwner = (yield* Status.ownerOf(after, a)) === r1.stored ? r1 : r3
         const before = yield* generationsOf(newOwner)
-        const secondA = yield* collect(r1.provider, follow(firstA, userA, a))
+        const secondA = yield* collectFrom(r1.provider, follow(firstA, userA, a))
         assert.strictEqual(yield* generationsOf(newOwner), before + 1, `served by the new owner ${newOwner.name}`)
         assert.strictEqual(doneOf(secondA).usage.reuse, "restored")
         assert.deepStrictEqual(tokensOf(firstA), tokensOf(firstAlone))

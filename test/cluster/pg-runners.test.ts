@@ -15,19 +15,18 @@
 import { assert, describe, layer } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
 import * as PgClient from "@effect/sql-pg/PgClient"
-import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
-import * as Stream from "effect/Stream"
-import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import type { ChatMessage, GenerateChunk } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
 import { makeHome, run, smallServerEnv, startServer } from "../cli/support.js"
 import { freePort } from "./free-port.js"
 import { freshDatabase, named, unavailable } from "./postgres.js"
+import { answerOf, collectFrom, doneOf, tokensOf } from "../support/generation.js"
 
 const SHARDS = 6
 
@@ -81,15 +80,6 @@ const settled = Effect.gen(function*() {
   return (yield* read) === first ? first : yield* Effect.fail("the shard locks moved")
 }).pipe(Effect.retry({ times: 10 }), Effect.orDie)
 
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  return last?._tag === "Done" ? last : assert.fail(`the last chunk is ${last?._tag}`)
-}
-const collect = (provider: Provider["Type"], request: GenerateRequest) =>
-  Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray)
 const generationsOf = (member: Member) => Effect.map(member.provider.readiness, (r) => r.recentGenerations?.length ?? 0)
 
 const settings = { maxTokens: 8, sampling: { temperature: 0 }, thinking: false } as const
@@ -109,7 +99,7 @@ describe.skipIf(unavailable !== undefined)(named("a cluster of two runners on Po
           if (i >= 16) assert.fail(`16 conversations, all on ${[...owned.keys()]}`)
           const before = yield* Effect.forEach(members, generationsOf)
           const id = `conversation-${i}`
-          const one = yield* collect(r1.provider, { messages: [first], conversation: id, ...settings })
+          const one = yield* collectFrom(r1.provider, { messages: [first], conversation: id, ...settings })
           const after = yield* Effect.forEach(members, generationsOf)
           const servedBy = members.filter((_, k) => after[k]! > before[k]!)
           assert.strictEqual(servedBy.length, 1, `turn 1 of ${id} served by ${servedBy.map((m) => m.name)}`)
@@ -120,7 +110,7 @@ describe.skipIf(unavailable !== undefined)(named("a cluster of two runners on Po
           Effect.gen(function*() {
             const { id, one } = owned.get(owner.name)!
             const before = yield* Effect.forEach(members, generationsOf)
-            const two = yield* collect(entry.provider, {
+            const two = yield* collectFrom(entry.provider, {
               messages: [first, { role: "assistant", content: answerOf(one) }, { role: "user", content: "and the crew" }],
               conversation: id,
               checkpoint: doneOf(one).checkpoint!,

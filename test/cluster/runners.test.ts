@@ -10,22 +10,21 @@
  * then shows the three runners, the shards each holds and where each conversation was served.
  */
 import { assert, describe, layer } from "@effect/vitest"
-import * as Chunk from "effect/Chunk"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Stream from "effect/Stream"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Runner from "../../src/cluster/Runner.js"
 import * as Status from "../../src/cluster/Status.js"
 import * as Storage from "../../src/cluster/Storage.js"
-import type { ChatMessage, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import type { ChatMessage } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
 import { makeHome, run, smallServerEnv, startServer } from "../cli/support.js"
+import { answerOf, collectFrom, doneOf, tokensOf } from "../support/generation.js"
 
 const SHARDS = 12
 
@@ -91,16 +90,7 @@ const settled = Effect.gen(function*() {
     : yield* Effect.fail("the shard locks moved")
 }).pipe(Effect.retry({ times: 10 }), Effect.orDie)
 
-const tokensOf = (chunks: ReadonlyArray<GenerateChunk>) => chunks.flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
-const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
-  chunks.map((c) => (c._tag === "Text" && c.channel === "answer" ? c.text : "")).join("")
-const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
-  const last = chunks.at(-1)
-  return last?._tag === "Done" ? last : assert.fail(`the last chunk is ${last?._tag}`)
-}
 
-const collect = (provider: Provider["Type"], request: GenerateRequest) =>
-  Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray)
 
 const settings = { maxTokens: 8, sampling: { temperature: 0 }, thinking: false } as const
 
@@ -108,8 +98,8 @@ const settings = { maxTokens: 8, sampling: { temperature: 0 }, thinking: false }
 const twoTurns = (conversation: string, first: string, second: string, entries: readonly [Provider["Type"], Provider["Type"]]) =>
   Effect.gen(function*() {
     const user1: ChatMessage = { role: "user", content: first }
-    const one = yield* collect(entries[0], { messages: [user1], conversation, ...settings })
-    const two = yield* collect(entries[1], {
+    const one = yield* collectFrom(entries[0], { messages: [user1], conversation, ...settings })
+    const two = yield* collectFrom(entries[1], {
       messages: [user1, { role: "assistant", content: answerOf(one) }, { role: "user", content: second }],
       conversation,
       checkpoint: doneOf(one).checkpoint!,

@@ -12,9 +12,12 @@ import * as Stream from "effect/Stream"
 import type { GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
 import { Provider } from "../../src/services/Provider.js"
 
+/** Every chunk of one generation through `provider` (a cluster runner's client, say). */
+export const collectFrom = (provider: Provider["Type"], request: GenerateRequest) =>
+  Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray)
+
 /** Every chunk of one generation. */
-export const collect = (request: GenerateRequest) =>
-  Effect.flatMap(Provider, (provider) => Effect.map(Stream.runCollect(provider.generate(request)), Chunk.toArray))
+export const collect = (request: GenerateRequest) => Effect.flatMap(Provider, (provider) => collectFrom(provider, request))
 
 /** The Done chunk, which must be the last. */
 export const doneOf = (chunks: ReadonlyArray<GenerateChunk>) => {
