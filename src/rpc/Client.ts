@@ -23,9 +23,11 @@ import type { RpcClientError } from "@effect/rpc/RpcClientError"
 import * as Cause from "effect/Cause"
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
+import * as Deferred from "effect/Deferred"
 import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
+import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
 import * as Mailbox from "effect/Mailbox"
 import * as Scope from "effect/Scope"
@@ -135,8 +137,21 @@ const makeProvider = (client: NativegenClient, socketPath: string, clientScope: 
         return error
     }
   }
+  /**
+   * Generations that ended at Done whose calls still end on the server (their Exit not read yet):
+   * the server counts them in flight until then. A request refused for the in-flight limit while
+   * any is finishing waits for them and is sent once more, so a slot frees when a stream ends, as
+   * the caller sees it.
+   */
+  const finishing = new Set<Deferred.Deferred<void>>()
+  const afterFinishing = <A, E extends { readonly _tag: string }>(self: Effect.Effect<A, E>) =>
+    Effect.catchIf(
+      self,
+      (error) => error._tag === "TooManyRequests" && finishing.size > 0,
+      () => Effect.zipRight(Effect.forEach([...finishing], Deferred.await, { discard: true }), self)
+    )
   const call = <A>(self: Effect.Effect<A, ProviderError | RpcLayerError | RpcClientError>) =>
-    self.pipe(Effect.mapError(toProviderError), failInterruption(() => unavailable(serverInterrupted)))
+    afterFinishing(self).pipe(Effect.mapError(toProviderError), failInterruption(() => unavailable(serverInterrupted)))
 
   const reasonOf = (cause: Cause.Cause<RpcLayerError | RpcClientError>): string => {
     const failure = Cause.failureOption(cause)
@@ -177,14 +192,22 @@ const makeProvider = (client: NativegenClient, socketPath: string, clientScope: 
         const chunks = yield* Scope.extend(client.Generate(request, { asMailbox: true }), call)
         yield* Effect.addFinalizer(() =>
           answered
-            ? Mailbox.toStream(chunks).pipe(
-              Stream.runDrain,
-              Effect.ignore,
-              Effect.timeoutOption(afterDoneTimeout),
-              Effect.ensuring(Scope.close(call, Exit.void)),
-              Effect.forkIn(clientScope),
-              Effect.asVoid
-            )
+            ? Effect.suspend(() => {
+              const ended = Deferred.unsafeMake<void>(FiberId.none)
+              finishing.add(ended)
+              return Mailbox.toStream(chunks).pipe(
+                Stream.runDrain,
+                Effect.ignore,
+                Effect.timeoutOption(afterDoneTimeout),
+                Effect.ensuring(Scope.close(call, Exit.void)),
+                Effect.ensuring(Effect.sync(() => {
+                  finishing.delete(ended)
+                  Deferred.unsafeDone(ended, Exit.void)
+                })),
+                Effect.forkIn(clientScope),
+                Effect.asVoid
+              )
+            })
             : Scope.close(call, Exit.void)
         )
         return Mailbox.toStream(chunks).pipe(

@@ -137,7 +137,7 @@ describe("choosing a runner", () => {
       fc.uniqueArray(load, { selector: (l) => l.address, maxLength: 3 }),
       fc.array(fc.tuple(fc.constantFrom("a", "b", "c", "d"), fc.nat(5))),
       fc.array(fc.tuple(fc.constantFrom("a", "b", "c", "d"), fc.record({ stamp: fc.constantFrom(1, 2), count: fc.nat(3) }))),
-      fc.double({ min: 0, max: 0.999 })
+      fc.double({ min: 0, max: 0.999, noNaN: true })
     ],
     ([own0, others, sentList, finishedList, r]) => {
       const own = { ...own0, address: "self" }
