@@ -176,6 +176,8 @@ describe("HTTP conversation keys across two runners", () => {
           history.push({ role: "assistant", content: completion.choices[0]?.message.content ?? "" })
         }
         assert.deepStrictEqual(reuses.slice(1), ["continuation", "continuation"])
-      }), 240_000)
+        // One retry: a loaded machine can stall the SQLite runner storage and drop a runner's
+        // shards mid-turn (docs/cluster.md, "Open problems"); a second failure is a failure.
+      }), { timeout: 240_000, retry: 1 })
   })
 })
