@@ -27,6 +27,7 @@ import { fileURLToPath } from "node:url"
 import { promisify } from "node:util"
 import { ensureModel, projectRoot } from "../fixtures/models.js"
 import { tokenArrivals } from "./_generation.js"
+import { loadavg, parentOf, processCpu, selfCpu, threadCpu } from "./_proccpu.js"
 import { benchBackend, benchModel } from "./_target.js"
 import * as Nativegen from "./peer/Nativegen.js"
 import { chatMl, userPrompt } from "./peer/Prompts.js"
@@ -40,41 +41,10 @@ const CONTEXT = 2048
 const MODEL_NAME = benchModel("qwen-bench")
 const modelPath = ensureModel(MODEL_NAME)
 const execFile = promisify(ChildProcess.execFile)
-const loadavg = () => Fs.readFileSync("/proc/loadavg", "utf8").trim()
-const TICK_MS = 1000 / 100
 
 // ---------------------------------------------------------------------------------------------
-// CPU time from /proc
+// CPU time per process
 // ---------------------------------------------------------------------------------------------
-
-/** The fields of a /proc stat line after the command name (field 3, the state, is index 0). */
-const statFields = (file: string) => {
-  const stat = Fs.readFileSync(file, "utf8")
-  return { comm: stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")), fields: stat.slice(stat.lastIndexOf(")") + 2).split(" ") }
-}
-/** utime + stime in ms (fields 14 and 15). */
-const cpuOfStat = (fields: ReadonlyArray<string>) => (Number(fields[11]) + Number(fields[12])) * TICK_MS
-const processCpu = (pid: number) => cpuOfStat(statFields(`/proc/${pid}/stat`).fields)
-const parentOf = (pid: number) => Number(statFields(`/proc/${pid}/stat`).fields[1])
-
-/** Per thread of `pid`: its name and CPU ms. */
-const threadCpu = (pid: number): Map<number, { readonly name: string; readonly ms: number }> => {
-  const threads = new Map<number, { name: string; ms: number }>()
-  for (const tid of Fs.readdirSync(`/proc/${pid}/task`)) {
-    try {
-      const { comm, fields } = statFields(`/proc/${pid}/task/${tid}/stat`)
-      threads.set(Number(tid), { name: comm, ms: cpuOfStat(fields) })
-    } catch {
-      // The thread ended between the listing and the read.
-    }
-  }
-  return threads
-}
-
-const selfCpu = () => {
-  const u = process.cpuUsage()
-  return (u.user + u.system) / 1000
-}
 
 interface Snapshot {
   readonly client: number
