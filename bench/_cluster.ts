@@ -1,0 +1,171 @@
+/**
+ * What the cluster benchmarks share: `nativegen serve` processes (clustered or plain) in homes of
+ * their own, the wait for a settled shard map, the CPU each process used (from /proc), medians and
+ * ranges, and the JSON result files in bench/results/.
+ */
+import * as Effect from "effect/Effect"
+import * as Schedule from "effect/Schedule"
+import type { Sharding } from "@effect/cluster/Sharding"
+import type * as SqlClient from "@effect/sql/SqlClient"
+import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { projectRoot } from "../fixtures/models.js"
+import * as Status from "../src/cluster/Status.js"
+
+export interface Served {
+  readonly name: string
+  /** The server's public RPC socket. */
+  readonly socket: string
+  /** Its process group (the server is the leader; its engine children are in it). */
+  readonly pgid: number
+  /** Its address as the runner storage records it (clustered servers only). */
+  readonly stored: string | undefined
+}
+
+export interface ClusterOf {
+  /** Runner address: `HOST:PORT`, or a Unix socket path. */
+  readonly address: string
+  /** SQLite file of the runner storage. */
+  readonly storage: string
+  readonly shards: number
+}
+
+/**
+ * `nativegen serve` (with `--cluster` settings when `cluster` is given) in its own home and process
+ * group, until the scope closes; `threads` engine threads, small contexts.
+ */
+export const serve = (dir: string, name: string, cluster: ClusterOf | undefined, threads = 1) =>
+  Effect.gen(function*() {
+    const home = Path.join(dir, name)
+    Fs.mkdirSync(Path.join(home, "run"), { recursive: true, mode: 0o700 })
+    let output = ""
+    let exited = false
+    const child = yield* Effect.acquireRelease(
+      Effect.sync(() => {
+        const env: NodeJS.ProcessEnv = {}
+        for (const [k, v] of Object.entries(process.env)) if (!k.startsWith("NATIVEGEN_") && !k.startsWith("XDG_")) env[k] = v
+        const child = ChildProcess.spawn(process.execPath, [Path.join(projectRoot, "bin", "nativegen.js"), "serve"], {
+          cwd: projectRoot,
+          env: {
+            ...env,
+            HOME: home,
+            XDG_DATA_HOME: Path.join(home, "data"),
+            XDG_RUNTIME_DIR: Path.join(home, "run"),
+            NATIVEGEN_THREADS: String(threads),
+            NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: "2048",
+            NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP: "512",
+            ...(cluster === undefined ? {} : {
+              NATIVEGEN_CLUSTER: cluster.address,
+              NATIVEGEN_CLUSTER_STORAGE: cluster.storage,
+              NATIVEGEN_CLUSTER_SHARDS: String(cluster.shards)
+            })
+          },
+          stdio: ["ignore", "pipe", "pipe"],
+          detached: true
+        })
+        child.stdout.setEncoding("utf8").on("data", (s: string) => (output += s))
+        child.stderr.setEncoding("utf8").on("data", (s: string) => (output += s))
+        child.once("close", () => (exited = true))
+        return child
+      }),
+      (child) =>
+        Effect.gen(function*() {
+          const closed = new Promise<void>((resolve) => child.exitCode !== null ? resolve() : child.once("close", () => resolve()))
+          try {
+            process.kill(-child.pid!, "SIGINT")
+          } catch {}
+          yield* Effect.promise(() => closed).pipe(
+            Effect.timeout("20 seconds"),
+            Effect.catchAll(() => Effect.sync(() => process.kill(-child.pid!, "SIGKILL")))
+          )
+        })
+    )
+    yield* Effect.suspend(() =>
+      /ready \(engine 1/.test(output) ? Effect.void : exited ? Effect.die(new Error(`${name} exited:\n${output}`)) : Effect.fail("not ready")
+    ).pipe(
+      Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("300 seconds"))),
+      Effect.orDieWith(() => new Error(`${name} (pid ${child.pid}) not ready:\n${output}`))
+    )
+    const socket = Path.join(home, "run", "nativegen", "nativegen.sock")
+    const stored = cluster === undefined ? undefined : cluster.address.startsWith("/") ? `${cluster.address}:0` : cluster.address
+    const served: Served = { name, socket, pgid: child.pid!, stored }
+    return served
+  })
+
+/**
+ * The shard locks once the cluster settled: every shard locked, each runner holding some, the
+ * same in two reads 1.5 s apart.
+ */
+export const settled = (stored: ReadonlyArray<string>, shards: number): Effect.Effect<Status.ClusterSnapshot, never, SqlClient.SqlClient | Sharding> =>
+  Effect.gen(function*() {
+    const read = Effect.flatMap(Status.snapshot, (s) => {
+      const owners = new Set(s.shards?.values() ?? [])
+      return s.shards?.size === shards && stored.every((a) => owners.has(a)) ? Effect.succeed(s) : Effect.fail("not settled")
+    })
+    const a = yield* Effect.retry(read, Schedule.spaced("250 millis").pipe(Schedule.upTo("90 seconds")))
+    yield* Effect.sleep("1500 millis")
+    const b = yield* read
+    return JSON.stringify([...a.shards!].sort()) === JSON.stringify([...b.shards!].sort()) ? b : yield* Effect.fail("moved")
+  }).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+
+/** A conversation id (`prefix-i`) whose shard `owner` holds. */
+export const ownedBy = (snapshot: Status.ClusterSnapshot, owner: string, prefix: string) =>
+  Effect.gen(function*() {
+    for (let i = 0; i < 100_000; i++) {
+      const id = `${prefix}-${i}`
+      if ((yield* Status.ownerOf(snapshot, id)) === owner) return id
+    }
+    return yield* Effect.dieMessage(`no conversation id owned by ${owner}`)
+  })
+
+const TICK_MS = 1000 / 100 // CLK_TCK is 100 on Linux x86-64 (getconf CLK_TCK)
+
+/** CPU milliseconds (user + system) of each live process of a process group, by pid, with its role. */
+export const cpuOfGroup = (pgid: number): Map<number, { readonly role: "server" | "engine"; readonly ms: number }> => {
+  const out = new Map<number, { role: "server" | "engine"; ms: number }>()
+  for (const entry of Fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(entry)) continue
+    let stat: string
+    try {
+      stat = Fs.readFileSync(`/proc/${entry}/stat`, "utf8")
+    } catch {
+      continue
+    }
+    // pid (comm) state ppid pgrp ... field 14 utime, 15 stime (1-based); comm may hold spaces.
+    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+    if (Number(fields[2]) !== pgid) continue
+    const pid = Number(entry)
+    out.set(pid, { role: pid === pgid ? "server" : "engine", ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS })
+  }
+  return out
+}
+
+/** CPU ms a group used between two readings, split by role (processes gone meanwhile are not counted). */
+export const cpuBetween = (
+  before: ReturnType<typeof cpuOfGroup>,
+  after: ReturnType<typeof cpuOfGroup>
+): { server: number; engine: number } => {
+  const used = { server: 0, engine: 0 }
+  for (const [pid, now] of after) used[now.role] += now.ms - (before.get(pid)?.ms ?? 0)
+  return used
+}
+
+export const median = (xs: ReadonlyArray<number>) => {
+  const s = [...xs].sort((a, b) => a - b)
+  return s.length === 0 ? NaN : s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2
+}
+
+/** Median with its range. */
+export const summary = (xs: ReadonlyArray<number>) => ({ median: median(xs), min: Math.min(...xs), max: Math.max(...xs), n: xs.length })
+
+export const loadavg = () => Os.loadavg().map((l) => Number(l.toFixed(2)))
+
+/** Writes bench/results/NAME.json. */
+export const writeResult = (name: string, value: unknown) => {
+  const file = Path.join(projectRoot, "bench", "results", `${name}.json`)
+  Fs.mkdirSync(Path.dirname(file), { recursive: true })
+  Fs.writeFileSync(file, JSON.stringify(value, null, 2) + "\n")
+  console.log(`results: ${Path.relative(projectRoot, file)}`)
+}
