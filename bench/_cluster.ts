@@ -3,8 +3,13 @@
  * their own, the wait for a settled shard map, the CPU each process used (from /proc), medians and
  * ranges, and the JSON result files in bench/results/.
  */
+import * as PgClient from "@effect/sql-pg/PgClient"
+import * as SqlClientTag from "@effect/sql/SqlClient"
 import * as Effect from "effect/Effect"
+import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
+import type * as Scope from "effect/Scope"
+import * as Crypto from "node:crypto"
 import type { Sharding } from "@effect/cluster/Sharding"
 import type * as SqlClient from "@effect/sql/SqlClient"
 import * as ChildProcess from "node:child_process"
@@ -13,13 +18,43 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { projectRoot } from "../fixtures/models.js"
 import * as Status from "../src/cluster/Status.js"
+import type { StorageSpec } from "../src/cluster/StorageSpec.js"
+
+/**
+ * BENCH_CLUSTER_POSTGRES: a PostgreSQL server URL (`.ci/postgres start DIR` prints one) for the
+ * runner storage; without it, SQLite files.
+ */
+const postgres = process.env.BENCH_CLUSTER_POSTGRES
+
+/**
+ * The runner storage of one benchmark cluster: a database of its own on BENCH_CLUSTER_POSTGRES's
+ * server (dropped with the scope), or an SQLite file in `dir`. `arg` is what `--cluster-storage` takes.
+ */
+export const clusterStorage = (dir: string, name: string): Effect.Effect<{ readonly arg: string; readonly spec: StorageSpec }, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    if (postgres === undefined) {
+      const file = Path.join(dir, `${name}.db`)
+      return { arg: file, spec: { _tag: "Sqlite", file } as const }
+    }
+    const database = `ng_bench_${name}_${Crypto.randomBytes(4).toString("hex")}`
+    const admin = PgClient.layer({ url: Redacted.make(postgres), maxConnections: 1 })
+    const run = (statement: string) =>
+      Effect.flatMap(SqlClientTag.SqlClient, (sql) => sql.unsafe(statement)).pipe(Effect.provide(admin), Effect.scoped, Effect.orDie)
+    yield* Effect.acquireRelease(run(`CREATE DATABASE ${database}`), () => run(`DROP DATABASE IF EXISTS ${database} WITH (FORCE)`))
+    const url = new URL(postgres)
+    url.pathname = `/${database}`
+    return { arg: url.toString(), spec: { _tag: "Postgres", url: Redacted.make(url.toString()) } as const }
+  })
+
+/** Which runner storage the benchmarks use, for their output. */
+export const storageKind = postgres === undefined ? "sqlite" : "postgres"
 
 export interface Served {
   readonly name: string
   /** The server's public RPC socket. */
   readonly socket: string
-  /** Its process group (the server is the leader; its engine children are in it). */
-  readonly pgid: number
+  /** The server's pid (the leader of its process group; its engine children are its descendants). */
+  readonly pid: number
   /** Its address as the runner storage records it (clustered servers only). */
   readonly stored: string | undefined
 }
@@ -27,7 +62,7 @@ export interface Served {
 export interface ClusterOf {
   /** Runner address: `HOST:PORT`, or a Unix socket path. */
   readonly address: string
-  /** SQLite file of the runner storage. */
+  /** The runner storage, as `--cluster-storage` takes it. */
   readonly storage: string
   readonly shards: number
 }
@@ -90,7 +125,7 @@ export const serve = (dir: string, name: string, cluster: ClusterOf | undefined,
     )
     const socket = Path.join(home, "run", "nativegen", "nativegen.sock")
     const stored = cluster === undefined ? undefined : cluster.address.startsWith("/") ? `${cluster.address}:0` : cluster.address
-    const served: Served = { name, socket, pgid: child.pid!, stored }
+    const served: Served = { name, socket, pid: child.pid!, stored }
     return served
   })
 
@@ -122,31 +157,48 @@ export const ownedBy = (snapshot: Status.ClusterSnapshot, owner: string, prefix:
 
 const TICK_MS = 1000 / 100 // CLK_TCK is 100 on Linux x86-64 (getconf CLK_TCK)
 
-/** CPU milliseconds (user + system) of each live process of a process group, by pid, with its role. */
-export const cpuOfGroup = (pgid: number): Map<number, { readonly role: "server" | "engine"; readonly ms: number }> => {
-  const out = new Map<number, { role: "server" | "engine"; ms: number }>()
+export type Role = "server" | "engine"
+
+/**
+ * CPU milliseconds (user + system) of a server process and its live descendants, by pid, with its
+ * role: the engine children (`child.js`, in process groups of their own) or the server (the node
+ * process itself and its helpers, esbuild's service).
+ */
+export const cpuOfTree = (root: number): Map<number, { readonly role: Role; readonly ms: number }> => {
+  const all = new Map<number, { ppid: number; ms: number }>()
   for (const entry of Fs.readdirSync("/proc")) {
     if (!/^\d+$/.test(entry)) continue
-    let stat: string
     try {
-      stat = Fs.readFileSync(`/proc/${entry}/stat`, "utf8")
+      const stat = Fs.readFileSync(`/proc/${entry}/stat`, "utf8")
+      // pid (comm) state ppid ...; utime and stime are fields 14 and 15 (comm may hold spaces).
+      const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+      all.set(Number(entry), { ppid: Number(fields[1]), ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS })
     } catch {
       continue
     }
-    // pid (comm) state ppid pgrp ... field 14 utime, 15 stime (1-based); comm may hold spaces.
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    if (Number(fields[2]) !== pgid) continue
-    const pid = Number(entry)
-    out.set(pid, { role: pid === pgid ? "server" : "engine", ms: (Number(fields[11]) + Number(fields[12])) * TICK_MS })
   }
+  const out = new Map<number, { role: Role; ms: number }>()
+  const visit = (pid: number) => {
+    const p = all.get(pid)
+    if (p === undefined) return
+    let role: Role = "server"
+    if (pid !== root) {
+      try {
+        role = Fs.readFileSync(`/proc/${pid}/cmdline`, "utf8").includes("child.js") ? "engine" : "server"
+      } catch {}
+    }
+    out.set(pid, { role, ms: p.ms })
+    for (const [child, c] of all) if (c.ppid === pid) visit(child)
+  }
+  visit(root)
   return out
 }
 
-/** CPU ms a group used between two readings, split by role (processes gone meanwhile are not counted). */
+/** CPU ms a process tree used between two readings, by role (processes gone meanwhile are not counted). */
 export const cpuBetween = (
-  before: ReturnType<typeof cpuOfGroup>,
-  after: ReturnType<typeof cpuOfGroup>
-): { server: number; engine: number } => {
+  before: ReturnType<typeof cpuOfTree>,
+  after: ReturnType<typeof cpuOfTree>
+): Record<Role, number> => {
   const used = { server: 0, engine: 0 }
   for (const [pid, now] of after) used[now.role] += now.ms - (before.get(pid)?.ms ?? 0)
   return used

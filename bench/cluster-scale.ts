@@ -7,8 +7,7 @@
  *   - three-one-entry: a cluster of three runners at 1 thread each, every client on runner 1's
  *     socket (conversations owned elsewhere are forwarded);
  *   - three-all-entries: the same three runners, client i on runner i mod 3's socket.
- * All servers are up for the whole run (Unix-socket transport, one SQLite runner storage per
- * cluster); each round runs every mode once, in a rotating order. Per mode and round: generated
+ * All servers are up for the whole run (Unix-socket transport, a runner storage per cluster); each round runs every mode once, in a rotating order. Per mode and round: generated
  * tokens per second and turns per second over the wall time, and the CPU each process group used
  * (from /proc: the server process and its engine children apart) per generated token; the servers
  * not being measured are counted too (their idle cost: heartbeats, shard-lock refreshes, load
@@ -19,7 +18,8 @@
  * over the socket) and its idle cost.
  *
  * BENCH_SCALE_CLIENTS (default 6), BENCH_SCALE_CONVERSATIONS (per client and round, default 1),
- * BENCH_SCALE_ROUNDS (default 3), BENCH_SCALE_TOKENS (per turn, default 32).
+ * BENCH_SCALE_ROUNDS (default 3), BENCH_SCALE_TOKENS (per turn, default 32), BENCH_CLUSTER_POSTGRES
+ * (a server URL: runner storage on PostgreSQL instead of SQLite).
  * Results: bench/results/cluster-scale.json.
  */
 import * as Chunk from "effect/Chunk"
@@ -34,7 +34,7 @@ import * as Runner from "../src/cluster/Runner.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../src/domain/Inference.js"
 import * as Client from "../src/rpc/Client.js"
 import { Provider } from "../src/services/Provider.js"
-import { cpuBetween, cpuOfGroup, loadavg, type Served, serve, settled, summary, writeResult } from "./_cluster.js"
+import { clusterStorage, cpuBetween, cpuOfTree, loadavg, storageKind, type Served, serve, settled, summary, writeResult } from "./_cluster.js"
 
 const CLIENTS = Number(process.env.BENCH_SCALE_CLIENTS ?? 6)
 const CONVERSATIONS = Number(process.env.BENCH_SCALE_CONVERSATIONS ?? 1)
@@ -91,8 +91,10 @@ const main = Effect.gen(function*() {
     Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngs-"))),
     (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
   )
-  const one = { storage: Path.join(dir, "one.db"), shards: SHARDS }
-  const three = { storage: Path.join(dir, "three.db"), shards: SHARDS }
+  const oneStorage = yield* clusterStorage(dir, "one")
+  const threeStorage = yield* clusterStorage(dir, "three")
+  const one = { storage: oneStorage.arg, shards: SHARDS }
+  const three = { storage: threeStorage.arg, shards: SHARDS }
   const servers = yield* Effect.all([
     serve(dir, "plain", undefined, 3),
     serve(dir, "solo", { ...one, address: Path.join(dir, "solo.sock") }, 3),
@@ -104,10 +106,10 @@ const main = Effect.gen(function*() {
   const providers = new Map<string, Provider["Type"]>()
   for (const s of servers) providers.set(s.name, Context.get(yield* Layer.build(Client.layer({ socketPath: s.socket })), Provider))
   yield* settled([solo.stored!], SHARDS).pipe(
-    Effect.provide(Runner.layerClientOnly({ storage: { _tag: "Sqlite", file: one.storage }, shards: SHARDS }))
+    Effect.provide(Runner.layerClientOnly({ storage: oneStorage.spec, shards: SHARDS }))
   )
   yield* settled([r1.stored!, r2.stored!, r3.stored!], SHARDS).pipe(
-    Effect.provide(Runner.layerClientOnly({ storage: { _tag: "Sqlite", file: three.storage }, shards: SHARDS }))
+    Effect.provide(Runner.layerClientOnly({ storage: threeStorage.spec, shards: SHARDS }))
   )
   const entries = (mode: Mode): ReadonlyArray<Served> =>
     mode === "plain" ? [plain] : mode === "one-runner" ? [solo] : mode === "three-one-entry" ? [r1] : [r1, r2, r3]
@@ -117,13 +119,17 @@ const main = Effect.gen(function*() {
     const order = modes.map((_, i) => modes[(i + round) % modes.length]!)
     for (const mode of order) {
       const at = entries(mode)
-      const before = new Map(servers.map((s) => [s.name, cpuOfGroup(s.pgid)]))
+      const before = new Map(servers.map((s) => [s.name, cpuOfTree(s.pid)]))
       const start = performance.now()
       const results = yield* Effect.all(
         Array.from({ length: CLIENTS }, (_, client) =>
           Effect.forEach(
             Array.from({ length: CONVERSATIONS }, (_, k) => k),
-            (k) => conversation(providers.get(at[client % at.length]!.name)!, `scale-${mode}-${round}-${client}-${k}`)
+            (k) =>
+              conversation(providers.get(at[client % at.length]!.name)!, `scale-${mode}-${round}-${client}-${k}`).pipe(
+                Effect.timeoutFail({ duration: "300 seconds", onTimeout: () => new Error(`${mode}: a conversation not served within 300 s (storage stalled? see docs/cluster.md)`) }),
+                Effect.orDie
+              )
           )),
         { concurrency: "unbounded" }
       ).pipe(Effect.map((xs) => xs.flat()))
@@ -131,7 +137,7 @@ const main = Effect.gen(function*() {
       const tokens = results.reduce((n, r) => n + r.tokens, 0)
       const cpuPerToken: Record<string, { server: number; engine: number }> = {}
       for (const s of servers) {
-        const used = cpuBetween(before.get(s.name)!, cpuOfGroup(s.pgid))
+        const used = cpuBetween(before.get(s.name)!, cpuOfTree(s.pid))
         cpuPerToken[s.name] = { server: used.server / tokens, engine: used.engine / tokens }
       }
       const phase: Phase = {
@@ -181,7 +187,7 @@ const main = Effect.gen(function*() {
     idleServersCpuMsPerToken: ReturnType<typeof summary>
   }>
   const load = loadavg()
-  console.log(`${CLIENTS} clients × ${CONVERSATIONS} two-turn conversations, ${TOKENS} tokens per turn, ${ROUNDS} rounds, ${Os.cpus().length} CPUs, load ${load.join(" ")}`)
+  console.log(`${storageKind} runner storage, ${CLIENTS} clients × ${CONVERSATIONS} two-turn conversations, ${TOKENS} tokens per turn, ${ROUNDS} rounds, ${Os.cpus().length} CPUs, load ${load.join(" ")}`)
   console.log("medians [range]      tok/s                  turns/s              server CPU ms/token   engine CPU ms/token   other servers' CPU ms/token")
   for (const mode of modes) {
     const m = perMode[mode]
@@ -202,7 +208,7 @@ const main = Effect.gen(function*() {
     oneRunnerOverPlain: ratio("one-runner", "plain")
   }
   console.log(`tok/s per round: three (all entries) ÷ one runner ${r(ratios.threeAllOverOne)}; three (one entry) ÷ one runner ${r(ratios.threeOneEntryOverOne)}; one runner ÷ plain ${r(ratios.oneRunnerOverPlain)}`)
-  writeResult("cluster-scale", { clients: CLIENTS, conversations: CONVERSATIONS, rounds: ROUNDS, tokens: TOKENS, cpus: Os.cpus().length, loadavgAtEnd: load, perMode, ratios, phases })
+  writeResult("cluster-scale", { storage: storageKind, clients: CLIENTS, conversations: CONVERSATIONS, rounds: ROUNDS, tokens: TOKENS, cpus: Os.cpus().length, loadavgAtEnd: load, perMode, ratios, phases })
 })
 
 Effect.runPromise(Effect.scoped(main)).then(() => process.exit(0), (error) => {

@@ -14,7 +14,8 @@
  * target: a follow-up's first token through a remote runner within 1.1x of the same on one
  * machine (remote ÷ single); remote ÷ local is the hop alone.
  *
- * BENCH_CLUSTER_ROUNDS (default 6), BENCH_CLUSTER_TOKENS (generated per turn, default 32).
+ * BENCH_CLUSTER_ROUNDS (default 6), BENCH_CLUSTER_TOKENS (generated per turn, default 32),
+ * BENCH_CLUSTER_POSTGRES (a server URL: runner storage on PostgreSQL instead of SQLite).
  * Results: bench/results/cluster-unix.json or cluster-tcp.json.
  */
 import * as Chunk from "effect/Chunk"
@@ -29,7 +30,7 @@ import * as Runner from "../src/cluster/Runner.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../src/domain/Inference.js"
 import * as Client from "../src/rpc/Client.js"
 import { Provider } from "../src/services/Provider.js"
-import { loadavg, ownedBy, serve, settled, summary, writeResult } from "./_cluster.js"
+import { clusterStorage, loadavg, ownedBy, serve, settled, storageKind, summary, writeResult } from "./_cluster.js"
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 6)
 const TOKENS = Number(process.env.BENCH_CLUSTER_TOKENS ?? 32)
@@ -97,7 +98,7 @@ const main = Effect.gen(function*() {
     Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngb-"))),
     (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
   )
-  const storage = Path.join(dir, "cluster.db")
+  const { arg: storage, spec } = yield* clusterStorage(dir, "hop")
   const addresses = TCP ? ["127.0.0.1:34531", "127.0.0.1:34532"] : [Path.join(dir, "r1.sock"), Path.join(dir, "r2.sock")]
   const [r1, r2, single] = yield* Effect.all([
     serve(dir, "r1", { address: addresses[0]!, storage, shards: SHARDS }),
@@ -106,7 +107,7 @@ const main = Effect.gen(function*() {
   ], { concurrency: "unbounded" })
   const provider = Context.get(yield* Layer.build(Client.layer({ socketPath: r1.socket })), Provider)
   const plain = Context.get(yield* Layer.build(Client.layer({ socketPath: single.socket })), Provider)
-  const view = yield* Layer.build(Runner.layerClientOnly({ storage: { _tag: "Sqlite", file: storage }, shards: SHARDS }))
+  const view = yield* Layer.build(Runner.layerClientOnly({ storage: spec, shards: SHARDS }))
   const snapshot = yield* settled([r1.stored!, r2.stored!], SHARDS).pipe(Effect.provide(view))
 
   const orders: ReadonlyArray<ReadonlyArray<Where>> = [["local", "remote", "single"], ["remote", "single", "local"], ["single", "local", "remote"]]
@@ -116,7 +117,10 @@ const main = Effect.gen(function*() {
       const id = where === "single"
         ? `bench-single-${round}`
         : yield* ownedBy(snapshot, where === "local" ? r1.stored! : r2.stored!, `bench-${where}-${round}`).pipe(Effect.provide(view))
-      samples.push(yield* followUp(where === "single" ? plain : provider, id, where, round))
+      samples.push(yield* followUp(where === "single" ? plain : provider, id, where, round).pipe(
+        Effect.timeoutFail({ duration: "180 seconds", onTimeout: () => new Error(`${where} conversation ${id} not served within 180 s (storage stalled? see docs/cluster.md)`) }),
+        Effect.orDie
+      ))
     }
   }
 
@@ -141,7 +145,7 @@ const main = Effect.gen(function*() {
   const f = (n: number) => n.toFixed(2)
   const r = (s: ReturnType<typeof summary>) => `${f(s.median)} [${f(s.min)}–${f(s.max)}]`
   const load = loadavg()
-  console.log(`transport ${TCP ? "tcp (noDelay)" : "unix"}, ${ROUNDS} rounds, ${TOKENS} tokens per turn, load ${load.join(" ")}`)
+  console.log(`transport ${TCP ? "tcp (noDelay)" : "unix"}, ${storageKind} runner storage, ${ROUNDS} rounds, ${TOKENS} tokens per turn, load ${load.join(" ")}`)
   console.log("medians [range], ms   first token            owner's first         hop at first        hop per token       client ms/token")
   for (const [name, x] of Object.entries(rows)) {
     console.log(`${name.padEnd(8)}  ${[x.first, x.ownerFirst, x.hopFirst, x.perToken, x.decode].map((s) => r(s).padEnd(20)).join("  ")}`)
@@ -150,6 +154,7 @@ const main = Effect.gen(function*() {
   console.log(`added by the hop (remote − local medians): ${f(rows.remote.hopFirst.median - rows.local.hopFirst.median)} ms at the first token, ${f(rows.remote.perToken.median - rows.local.perToken.median)} ms per token`)
   writeResult(`cluster-${TCP ? "tcp" : "unix"}`, {
     transport: TCP ? "tcp" : "unix",
+    storage: storageKind,
     rounds: ROUNDS,
     tokens: TOKENS,
     loadavgAtEnd: load,
