@@ -1,17 +1,18 @@
 /**
- * Aggregate throughput of a cluster, 3 runners vs 1, with the same total engine threads (3): N
- * concurrent clients, each running two-turn conversations (the follow-up continues on the owner's
- * KV), against
- *   - plain: one `nativegen serve` without a cluster, 3 engine threads (the one-machine baseline);
- *   - one-runner: a cluster of one runner, 3 engine threads;
- *   - three-one-entry: a cluster of three runners at 1 thread each, every client on runner 1's
- *     socket (conversations owned elsewhere are forwarded);
+ * Aggregate throughput of a cluster, 3 runners vs 1: N concurrent clients, each running two-turn
+ * conversations (the follow-up continues on the owner's KV), against
+ *   - plain: one `nativegen serve` without a cluster (the one-machine baseline);
+ *   - one-runner: a cluster of one runner;
+ *   - three-one-entry: a cluster of three runners at 1 engine thread each, every client on runner
+ *     1's socket (conversations owned elsewhere are forwarded);
  *   - three-all-entries: the same three runners, client i on runner i mod 3's socket.
- * All servers are up for the whole run (Unix-socket transport, a runner storage per cluster); each round runs every mode once, in a rotating order. Per mode and round: generated
- * tokens per second and turns per second over the wall time, and the CPU each process group used
- * (from /proc: the server process and its engine children apart) per generated token; the servers
- * not being measured are counted too (their idle cost: heartbeats, shard-lock refreshes, load
- * probes).
+ * plain and one-runner run BENCH_SCALE_SOLO_THREADS engine threads (default 1; 3 gives the three
+ * runners' total, which on two loaded cores oversubscribes the engine's threads: docs/cluster.md).
+ * All servers are up for the whole run (Unix-socket transport, a runner storage per cluster); each
+ * round runs every mode once, in a rotating order. Per mode and round: generated tokens per second
+ * and turns per second over the wall time, and the CPU each server used (from /proc: the server
+ * process and its engine children apart) per generated token; the servers not being measured are
+ * counted too (their idle cost: heartbeats, shard-lock refreshes, load probes).
  *
  * On a machine with fewer cores than engines, three runners cannot add throughput: what this shows
  * there is the CPU the cluster adds per token (the entry's forwarding, the owner's entity, msgpack
@@ -40,6 +41,7 @@ const CLIENTS = Number(process.env.BENCH_SCALE_CLIENTS ?? 6)
 const CONVERSATIONS = Number(process.env.BENCH_SCALE_CONVERSATIONS ?? 1)
 const ROUNDS = Number(process.env.BENCH_SCALE_ROUNDS ?? 3)
 const TOKENS = Number(process.env.BENCH_SCALE_TOKENS ?? 32)
+const SOLO_THREADS = Number(process.env.BENCH_SCALE_SOLO_THREADS ?? 1)
 const SHARDS = 12
 
 type Mode = "plain" | "one-runner" | "three-one-entry" | "three-all-entries"
@@ -69,7 +71,7 @@ const conversation = (provider: Provider["Type"], id: string) =>
       checkpoint: one.done.checkpoint!,
       ...settings
     })
-    return { tokens: one.done.usage.generatedTokens + two.done.usage.generatedTokens, continued: two.done.usage.reuse === "continuation" }
+    return { tokens: one.done.usage.generatedTokens + two.done.usage.generatedTokens, reuse: two.done.usage.reuse }
   })
 
 interface Phase {
@@ -78,11 +80,14 @@ interface Phase {
   readonly wallMs: number
   readonly tokens: number
   readonly turns: number
-  readonly continued: number
+  /** How the follow-ups reused their conversation's KV (reuse kind -> count). */
+  readonly followUps: Record<string, number>
   readonly tokensPerSecond: number
   readonly turnsPerSecond: number
   /** CPU ms per generated token of each process group: the measured mode's and the idle ones'. */
   readonly cpuPerToken: Record<string, { server: number; engine: number }>
+  /** CPU ms per second of wall time of each server (server and engines together). */
+  readonly cpuPerSecond: Record<string, number>
   readonly loadavg: ReadonlyArray<number>
 }
 
@@ -96,8 +101,8 @@ const main = Effect.gen(function*() {
   const one = { storage: oneStorage.arg, shards: SHARDS }
   const three = { storage: threeStorage.arg, shards: SHARDS }
   const servers = yield* Effect.all([
-    serve(dir, "plain", undefined, 3),
-    serve(dir, "solo", { ...one, address: Path.join(dir, "solo.sock") }, 3),
+    serve(dir, "plain", undefined, SOLO_THREADS),
+    serve(dir, "solo", { ...one, address: Path.join(dir, "solo.sock") }, SOLO_THREADS),
     serve(dir, "r1", { ...three, address: Path.join(dir, "r1.sock") }, 1),
     serve(dir, "r2", { ...three, address: Path.join(dir, "r2.sock") }, 1),
     serve(dir, "r3", { ...three, address: Path.join(dir, "r3.sock") }, 1)
@@ -136,9 +141,11 @@ const main = Effect.gen(function*() {
       const wallMs = performance.now() - start
       const tokens = results.reduce((n, r) => n + r.tokens, 0)
       const cpuPerToken: Record<string, { server: number; engine: number }> = {}
+      const cpuPerSecond: Record<string, number> = {}
       for (const s of servers) {
         const used = cpuBetween(before.get(s.name)!, cpuOfTree(s.pid))
         cpuPerToken[s.name] = { server: used.server / tokens, engine: used.engine / tokens }
+        cpuPerSecond[s.name] = (used.server + used.engine) / (wallMs / 1000)
       }
       const phase: Phase = {
         mode,
@@ -146,15 +153,16 @@ const main = Effect.gen(function*() {
         wallMs,
         tokens,
         turns: results.length * 2,
-        continued: results.filter((r) => r.continued).length,
+        followUps: results.reduce<Record<string, number>>((m, r) => ({ ...m, [r.reuse]: (m[r.reuse] ?? 0) + 1 }), {}),
         tokensPerSecond: tokens / (wallMs / 1000),
         turnsPerSecond: results.length * 2 / (wallMs / 1000),
         cpuPerToken,
+        cpuPerSecond,
         loadavg: loadavg()
       }
       phases.push(phase)
       console.log(`round ${round} ${mode.padEnd(17)} ${phase.tokensPerSecond.toFixed(1)} tok/s, ${phase.turnsPerSecond.toFixed(2)} turns/s, ` +
-        `${phase.continued}/${results.length} follow-ups continued, load ${phase.loadavg.join(" ")}`)
+        `follow-ups ${JSON.stringify(phase.followUps)}, load ${phase.loadavg.join(" ")}`)
     }
   }
 
@@ -187,7 +195,7 @@ const main = Effect.gen(function*() {
     idleServersCpuMsPerToken: ReturnType<typeof summary>
   }>
   const load = loadavg()
-  console.log(`${storageKind} runner storage, ${CLIENTS} clients × ${CONVERSATIONS} two-turn conversations, ${TOKENS} tokens per turn, ${ROUNDS} rounds, ${Os.cpus().length} CPUs, load ${load.join(" ")}`)
+  console.log(`${storageKind} runner storage, plain and one runner at ${SOLO_THREADS} engine threads, three runners at 1 each, ${CLIENTS} clients × ${CONVERSATIONS} two-turn conversations, ${TOKENS} tokens per turn, ${ROUNDS} rounds, ${Os.cpus().length} CPUs, load ${load.join(" ")}`)
   console.log("medians [range]      tok/s                  turns/s              server CPU ms/token   engine CPU ms/token   other servers' CPU ms/token")
   for (const mode of modes) {
     const m = perMode[mode]
@@ -197,6 +205,12 @@ const main = Effect.gen(function*() {
     console.log(`${mode} per runner (server / engine CPU ms per token of the whole phase): ` +
       Object.entries(perMode[mode].perProcessGroup).map(([g, c]) => `${g} ${f(c.server.median)} / ${f(c.engine.median)}`).join(", "))
   }
+  // Idle cost: a server's CPU per second while another mode ran (a cluster's heartbeats, shard-lock refreshes, load probes).
+  const idlePerSecond = Object.fromEntries(servers.map((s) => [
+    s.name,
+    summary(phases.filter((p) => !groupsOf(p.mode).includes(s.name)).map((p) => p.cpuPerSecond[s.name]!))
+  ]))
+  console.log(`idle CPU ms per second (while other modes ran): ` + Object.entries(idlePerSecond).map(([g, x]) => `${g} ${r(x)}`).join(", "))
   const ratio = (a: Mode, b: Mode) =>
     summary(Array.from({ length: ROUNDS }, (_, round) => {
       const of = (m: Mode) => phases.find((p) => p.round === round && p.mode === m)!.tokensPerSecond
@@ -208,7 +222,7 @@ const main = Effect.gen(function*() {
     oneRunnerOverPlain: ratio("one-runner", "plain")
   }
   console.log(`tok/s per round: three (all entries) ÷ one runner ${r(ratios.threeAllOverOne)}; three (one entry) ÷ one runner ${r(ratios.threeOneEntryOverOne)}; one runner ÷ plain ${r(ratios.oneRunnerOverPlain)}`)
-  writeResult("cluster-scale", { storage: storageKind, clients: CLIENTS, conversations: CONVERSATIONS, rounds: ROUNDS, tokens: TOKENS, cpus: Os.cpus().length, loadavgAtEnd: load, perMode, ratios, phases })
+  writeResult("cluster-scale", { storage: storageKind, soloThreads: SOLO_THREADS, clients: CLIENTS, conversations: CONVERSATIONS, rounds: ROUNDS, tokens: TOKENS, cpus: Os.cpus().length, loadavgAtEnd: load, perMode, idlePerSecond, ratios, phases })
 })
 
 Effect.runPromise(Effect.scoped(main)).then(() => process.exit(0), (error) => {

@@ -12,7 +12,10 @@
  * first-token and total times. The hop's cost is what the client waited beyond the owner's
  * times, per request (at the first token) and per generated token (over the stream). Issue 20's
  * target: a follow-up's first token through a remote runner within 1.1x of the same on one
- * machine (remote ÷ single); remote ÷ local is the hop alone.
+ * machine (remote ÷ single); remote ÷ local is the hop alone. And the CPU the follow-up cost per
+ * generated token (from /proc: the server processes and the engine children apart; both runners
+ * for local and remote, the plain server for single), which a loaded machine disturbs less than
+ * wall times.
  *
  * BENCH_CLUSTER_ROUNDS (default 6), BENCH_CLUSTER_TOKENS (generated per turn, default 32),
  * BENCH_CLUSTER_POSTGRES (a server URL: runner storage on PostgreSQL instead of SQLite).
@@ -30,7 +33,7 @@ import * as Runner from "../src/cluster/Runner.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../src/domain/Inference.js"
 import * as Client from "../src/rpc/Client.js"
 import { Provider } from "../src/services/Provider.js"
-import { clusterStorage, loadavg, ownedBy, serve, settled, storageKind, summary, writeResult } from "./_cluster.js"
+import { clusterStorage, cpuBetween, cpuOfTree, loadavg, type Served, ownedBy, serve, settled, storageKind, summary, writeResult } from "./_cluster.js"
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 6)
 const TOKENS = Number(process.env.BENCH_CLUSTER_TOKENS ?? 32)
@@ -48,6 +51,9 @@ interface Sample {
   readonly clientTotal: number
   readonly ownerTotal: number
   readonly tokens: number
+  /** CPU ms of the follow-up turn (from /proc), per generated token: the servers' and the engines', all processes together. */
+  readonly serverCpuPerToken: number
+  readonly engineCpuPerToken: number
 }
 
 const timedTurn = (provider: Provider["Type"], request: GenerateRequest) =>
@@ -70,16 +76,18 @@ const answerOf = (chunks: ReadonlyArray<GenerateChunk>) =>
 
 const settings = { maxTokens: TOKENS, sampling: { temperature: 0 }, thinking: false } as const
 
-const followUp = (provider: Provider["Type"], conversation: string, where: Where, round: number) =>
+const followUp = (provider: Provider["Type"], conversation: string, where: Where, round: number, servers: ReadonlyArray<Served>) =>
   Effect.gen(function*() {
     const user1: ChatMessage = { role: "user", content: `round ${round}: tell me about the sea and the ships on it` }
     const one = yield* timedTurn(provider, { messages: [user1], conversation, ...settings })
+    const before = servers.map((s) => cpuOfTree(s.pid))
     const two = yield* timedTurn(provider, {
       messages: [user1, { role: "assistant", content: answerOf(one.chunks) }, { role: "user", content: "and the harbor?" }],
       conversation,
       checkpoint: one.done.checkpoint!,
       ...settings
     })
+    const used = servers.map((s, i) => cpuBetween(before[i]!, cpuOfTree(s.pid)))
     if (two.done.usage.reuse !== "continuation") return yield* Effect.dieMessage(`${where} follow-up reuse ${two.done.usage.reuse}`)
     const sample: Sample = {
       where,
@@ -88,7 +96,9 @@ const followUp = (provider: Provider["Type"], conversation: string, where: Where
       ownerFirst: two.done.timings.firstTokenMillis,
       clientTotal: two.total,
       ownerTotal: two.done.timings.totalMillis,
-      tokens: two.done.usage.generatedTokens
+      tokens: two.done.usage.generatedTokens,
+      serverCpuPerToken: used.reduce((n, u) => n + u.server, 0) / Math.max(1, two.done.usage.generatedTokens),
+      engineCpuPerToken: used.reduce((n, u) => n + u.engine, 0) / Math.max(1, two.done.usage.generatedTokens)
     }
     return sample
   })
@@ -117,7 +127,7 @@ const main = Effect.gen(function*() {
       const id = where === "single"
         ? `bench-single-${round}`
         : yield* ownedBy(snapshot, where === "local" ? r1.stored! : r2.stored!, `bench-${where}-${round}`).pipe(Effect.provide(view))
-      samples.push(yield* followUp(where === "single" ? plain : provider, id, where, round).pipe(
+      samples.push(yield* followUp(where === "single" ? plain : provider, id, where, round, where === "single" ? [single] : [r1, r2]).pipe(
         Effect.timeoutFail({ duration: "180 seconds", onTimeout: () => new Error(`${where} conversation ${id} not served within 180 s (storage stalled? see docs/cluster.md)`) }),
         Effect.orDie
       ))
@@ -131,7 +141,9 @@ const main = Effect.gen(function*() {
       ownerFirst: summary(s.map((x) => x.ownerFirst)),
       hopFirst: summary(s.map((x) => x.clientFirst - x.ownerFirst)),
       perToken: summary(s.map((x) => (x.clientTotal - x.ownerTotal) / Math.max(1, x.tokens))),
-      decode: summary(s.map((x) => (x.clientTotal - x.clientFirst) / Math.max(1, x.tokens - 1)))
+      decode: summary(s.map((x) => (x.clientTotal - x.clientFirst) / Math.max(1, x.tokens - 1))),
+      serverCpuPerToken: summary(s.map((x) => x.serverCpuPerToken)),
+      engineCpuPerToken: summary(s.map((x) => x.engineCpuPerToken))
     }
   }
   /** Per round (the three side by side), a ratio of client first-token times; its median and range. */
@@ -151,6 +163,8 @@ const main = Effect.gen(function*() {
     console.log(`${name.padEnd(8)}  ${[x.first, x.ownerFirst, x.hopFirst, x.perToken, x.decode].map((s) => r(s).padEnd(20)).join("  ")}`)
   }
   console.log(`follow-up first token, per round: remote ÷ single ${r(ratios.remoteOverSingle)} (target ≤ 1.1); remote ÷ local ${r(ratios.remoteOverLocal)}; local ÷ single ${r(ratios.localOverSingle)}`)
+  console.log(`CPU ms per token of the follow-up (servers / engines; local and remote: both runners, single: the plain server): ` +
+    Object.entries(rows).map(([name, x]) => `${name} ${r(x.serverCpuPerToken)} / ${r(x.engineCpuPerToken)}`).join("; "))
   console.log(`added by the hop (remote − local medians): ${f(rows.remote.hopFirst.median - rows.local.hopFirst.median)} ms at the first token, ${f(rows.remote.perToken.median - rows.local.perToken.median)} ms per token`)
   writeResult(`cluster-${TCP ? "tcp" : "unix"}`, {
     transport: TCP ? "tcp" : "unix",
