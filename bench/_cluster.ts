@@ -143,7 +143,11 @@ export const settled = (stored: ReadonlyArray<string>, shards: number): Effect.E
     yield* Effect.sleep("1500 millis")
     const b = yield* read
     return JSON.stringify([...a.shards!].sort()) === JSON.stringify([...b.shards!].sort()) ? b : yield* Effect.fail("moved")
-  }).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+  }).pipe(
+    Effect.retry({ times: 10 }),
+    Effect.timeoutFail({ duration: "180 seconds", onTimeout: () => "the shard locks did not settle within 180 s" }),
+    Effect.orDie
+  )
 
 /** A conversation id (`prefix-i`) whose shard `owner` holds. */
 export const ownedBy = (snapshot: Status.ClusterSnapshot, owner: string, prefix: string) =>
