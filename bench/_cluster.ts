@@ -71,7 +71,7 @@ export interface ClusterOf {
  * `nativegen serve` (with `--cluster` settings when `cluster` is given) in its own home and process
  * group, until the scope closes; `threads` engine threads, small contexts.
  */
-export const serve = (dir: string, name: string, cluster: ClusterOf | undefined, threads = 1) =>
+export const serve = (dir: string, name: string, cluster: ClusterOf | undefined, threads = 1, extraEnv: Record<string, string> = {}) =>
   Effect.gen(function*() {
     const home = Path.join(dir, name)
     Fs.mkdirSync(Path.join(home, "run"), { recursive: true, mode: 0o700 })
@@ -91,6 +91,7 @@ export const serve = (dir: string, name: string, cluster: ClusterOf | undefined,
             NATIVEGEN_THREADS: String(threads),
             NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP: "2048",
             NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP: "512",
+            ...extraEnv,
             ...(cluster === undefined ? {} : {
               NATIVEGEN_CLUSTER: cluster.address,
               NATIVEGEN_CLUSTER_STORAGE: cluster.storage,

@@ -7,7 +7,9 @@
  *     1's socket (conversations owned elsewhere are forwarded);
  *   - three-all-entries: the same three runners, client i on runner i mod 3's socket.
  * plain and one-runner run BENCH_SCALE_SOLO_THREADS engine threads (default 1; 3 gives the three
- * runners' total, which on two loaded cores oversubscribes the engine's threads: docs/cluster.md).
+ * runners' total, which on two loaded cores oversubscribes the engine's threads: docs/cluster.md)
+ * and BENCH_SCALE_SOLO_SLOTS conversation slots (NATIVEGEN_SCHEDULER_SLOTS; 6 gives one engine the
+ * three runners' slots; results then in cluster-scale-slotsN.json).
  * All servers are up for the whole run (Unix-socket transport, a runner storage per cluster); each
  * round runs every mode once, in a rotating order. Per mode and round: generated tokens per second
  * and turns per second over the wall time, and the CPU each server used (from /proc: the server
@@ -42,6 +44,9 @@ const CONVERSATIONS = Number(process.env.BENCH_SCALE_CONVERSATIONS ?? 1)
 const ROUNDS = Number(process.env.BENCH_SCALE_ROUNDS ?? 3)
 const TOKENS = Number(process.env.BENCH_SCALE_TOKENS ?? 32)
 const SOLO_THREADS = Number(process.env.BENCH_SCALE_SOLO_THREADS ?? 1)
+/** Conversation slots of the plain server's and the lone runner's engine (the runtime's default when unset). */
+const SOLO_SLOTS = process.env.BENCH_SCALE_SOLO_SLOTS
+const soloEnv: Record<string, string> = SOLO_SLOTS === undefined ? {} : { NATIVEGEN_SCHEDULER_SLOTS: SOLO_SLOTS }
 const SHARDS = 12
 
 type Mode = "plain" | "one-runner" | "three-one-entry" | "three-all-entries"
@@ -101,8 +106,8 @@ const main = Effect.gen(function*() {
   const one = { storage: oneStorage.arg, shards: SHARDS }
   const three = { storage: threeStorage.arg, shards: SHARDS }
   const servers = yield* Effect.all([
-    serve(dir, "plain", undefined, SOLO_THREADS),
-    serve(dir, "solo", { ...one, address: Path.join(dir, "solo.sock") }, SOLO_THREADS),
+    serve(dir, "plain", undefined, SOLO_THREADS, soloEnv),
+    serve(dir, "solo", { ...one, address: Path.join(dir, "solo.sock") }, SOLO_THREADS, soloEnv),
     serve(dir, "r1", { ...three, address: Path.join(dir, "r1.sock") }, 1),
     serve(dir, "r2", { ...three, address: Path.join(dir, "r2.sock") }, 1),
     serve(dir, "r3", { ...three, address: Path.join(dir, "r3.sock") }, 1)
@@ -195,7 +200,7 @@ const main = Effect.gen(function*() {
     idleServersCpuMsPerToken: ReturnType<typeof summary>
   }>
   const load = loadavg()
-  console.log(`${storageKind} runner storage, plain and one runner at ${SOLO_THREADS} engine threads, three runners at 1 each, ${CLIENTS} clients × ${CONVERSATIONS} two-turn conversations, ${TOKENS} tokens per turn, ${ROUNDS} rounds, ${Os.cpus().length} CPUs, load ${load.join(" ")}`)
+  console.log(`${storageKind} runner storage, plain and one runner at ${SOLO_THREADS} engine threads${SOLO_SLOTS === undefined ? "" : ` and ${SOLO_SLOTS} slots`}, three runners at 1 each, ${CLIENTS} clients × ${CONVERSATIONS} two-turn conversations, ${TOKENS} tokens per turn, ${ROUNDS} rounds, ${Os.cpus().length} CPUs, load ${load.join(" ")}`)
   console.log("medians [range]      tok/s                  turns/s              server CPU ms/token   engine CPU ms/token   other servers' CPU ms/token")
   for (const mode of modes) {
     const m = perMode[mode]
@@ -222,7 +227,7 @@ const main = Effect.gen(function*() {
     oneRunnerOverPlain: ratio("one-runner", "plain")
   }
   console.log(`tok/s per round: three (all entries) ÷ one runner ${r(ratios.threeAllOverOne)}; three (one entry) ÷ one runner ${r(ratios.threeOneEntryOverOne)}; one runner ÷ plain ${r(ratios.oneRunnerOverPlain)}`)
-  writeResult("cluster-scale", { storage: storageKind, soloThreads: SOLO_THREADS, clients: CLIENTS, conversations: CONVERSATIONS, rounds: ROUNDS, tokens: TOKENS, cpus: Os.cpus().length, loadavgAtEnd: load, perMode, idlePerSecond, ratios, phases })
+  writeResult(SOLO_SLOTS === undefined ? "cluster-scale" : `cluster-scale-slots${SOLO_SLOTS}`, { storage: storageKind, soloThreads: SOLO_THREADS, soloSlots: SOLO_SLOTS ?? null, clients: CLIENTS, conversations: CONVERSATIONS, rounds: ROUNDS, tokens: TOKENS, cpus: Os.cpus().length, loadavgAtEnd: load, perMode, idlePerSecond, ratios, phases })
 })
 
 Effect.runPromise(Effect.scoped(main)).then(() => process.exit(0), (error) => {
