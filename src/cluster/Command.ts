@@ -70,16 +70,25 @@ export const status = (settings: {
         shards: snapshot.shards === undefined ? null : held(r.address)
       }))
       if (settings.json) {
-        return yield* Console.log(JSON.stringify({ storage: Storage.describeStorage(storage), shards, runners, conversations }, null, 2))
+        return yield* Console.log(JSON.stringify({ storage: Storage.describeStorage(storage), shards, locks: snapshot.locks ?? null, runners, conversations }, null, 2))
       }
       const lines = [`storage: ${Storage.describeStorage(storage)}, ${shards} shards`, `runners (${runners.length}):`]
       for (const r of runners) {
         lines.push(
           `  ${r.address}  ${r.healthy ? "healthy" : "UNHEALTHY"}  heartbeat ${r.lastHeartbeat}  ` +
-            (r.shards === null ? "shards: advisory locks (not shown)" : `${r.shards.length} shards: ${ranges(r.shards) || "none"}`)
+            (r.shards === null ? "shards: not known" : `${r.shards.length} shards: ${ranges(r.shards) || "none"}`)
         )
       }
-      if (snapshot.shards !== undefined) lines.push(`shards locked: ${snapshot.shards.size} of ${shards}`)
+      if (snapshot.shards !== undefined) {
+        const registered = new Set(snapshot.runners.map((r) => r.address))
+        const others = new Map<string, Array<number>>()
+        for (const [shard, holder] of snapshot.shards) {
+          if (!registered.has(holder)) others.set(holder, [...(others.get(holder) ?? []), shardNumber(shard)])
+        }
+        for (const [holder, held] of others) lines.push(`  ${holder} (no registered runner)  ${held.length} shards: ${ranges(held)}`)
+        lines.push(`shards locked: ${snapshot.shards.size} of ${shards}` +
+          (snapshot.locks === "advisory" ? " (PostgreSQL advisory locks; each session named by the runner whose assigned shards it holds)" : ""))
+      }
       lines.push(`conversations (${conversations.length}):`)
       for (const c of conversations) {
         const moved = c.holder !== null && c.holder !== c.lastTurnOn ? `, next turn on ${c.holder}` : ""

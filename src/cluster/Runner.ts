@@ -95,10 +95,11 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
   SocketRunner.layerClientOnly.pipe(
     Layer.provideMerge(Storage.layer(settings.storage)),
     Layer.provide(Layer.mergeAll(
-      ShardingConfig.layer({ runnerAddress: Option.none(), shardsPerGroup: settings.shards }),
       MessageStorage.layerNoop,
       Transport.layerClientProtocol
-    ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack)))
+    ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack))),
+    // Kept in the output: `Status.snapshot` reads the shard count from it.
+    Layer.provideMerge(ShardingConfig.layer({ runnerAddress: Option.none(), shardsPerGroup: settings.shards }))
   )
 
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */

@@ -10,7 +10,8 @@
  * gets the same first prompt through r1 until each runner owns one (its latest kept); the follow-ups go through the
  * other runner: each lands on its owner and reuses its KV (`continuation`), and the tokens of the
  * conversation served across the hop equal the one served with none. `cluster status` shows both
- * runners healthy.
+ * runners healthy, the shards each holds (from the server's lock table, every shard once) and each
+ * conversation's shard held by the runner that served it.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -131,13 +132,22 @@ describe.skipIf(unavailable !== undefined)(named("a cluster of two runners on Po
         const result = yield* run(["cluster", "status", "--cluster-storage", url, "--cluster-shards", String(SHARDS), "--json"])
         assert.strictEqual(result.code, 0, result.stderr)
         const shown = JSON.parse(result.stdout) as {
-          runners: Array<{ address: string; healthy: boolean }>
-          conversations: Array<{ conversation: string; lastTurnOn: string }>
+          locks: string | null
+          runners: Array<{ address: string; healthy: boolean; shards: Array<number> | null }>
+          conversations: Array<{ conversation: string; lastTurnOn: string; holder: string | null }>
         }
         assert.deepStrictEqual(shown.runners.map((r) => `${r.address} ${r.healthy}`).sort(), members.map((m) => `${m.address} true`).sort())
-        const placed = new Map(shown.conversations.map((c) => [c.conversation, c.lastTurnOn]))
-        assert.strictEqual(placed.get(owned.get("r1")!.id), r1.address)
-        assert.strictEqual(placed.get(owned.get("r2")!.id), r2.address)
+        const placed = new Map(shown.conversations.map((c) => [c.conversation, c]))
+        assert.strictEqual(placed.get(owned.get("r1")!.id)?.lastTurnOn, r1.address)
+        assert.strictEqual(placed.get(owned.get("r2")!.id)?.lastTurnOn, r2.address)
+        // The shards of each runner, from the server's advisory locks: all of them, each once, and
+        // each conversation's shard held by the runner that served it.
+        assert.strictEqual(shown.locks, "advisory")
+        const held = shown.runners.flatMap((r) => r.shards ?? assert.fail(`no shards shown for ${r.address}`))
+        assert.deepStrictEqual([...held].sort((a, b) => a - b), Array.from({ length: SHARDS }, (_, i) => i + 1))
+        assert.isTrue(shown.runners.every((r) => r.shards!.length > 0))
+        assert.strictEqual(placed.get(owned.get("r1")!.id)?.holder, r1.address)
+        assert.strictEqual(placed.get(owned.get("r2")!.id)?.holder, r2.address)
       }))
   })
 })
