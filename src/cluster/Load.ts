@@ -15,8 +15,8 @@
  * counts, however late the answer arrives (LoadRouting.reckoned).
  *
  * An answer is fresh for `staleAfter` by this runner's clock (no clock is compared across
- * machines); a runner that does not answer drops out then. A runner that is stopping holds no
- * shards (Sharding reports none once it shuts down) and is not chosen.
+ * machines); a runner that does not answer drops out then. A runner that is stopping reports no
+ * shards (from the start of its drain, Drain.ts) and is not chosen.
  */
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { RunnerStorage } from "@effect/cluster/RunnerStorage"
@@ -30,6 +30,7 @@ import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { Provider } from "../services/Provider.js"
+import { Drain } from "./Drain.js"
 import { storedAddress } from "./Placement.js"
 
 /** What one runner answers about itself. */
@@ -108,18 +109,20 @@ export const make = (
     const sharding = yield* Sharding
     const storage = yield* RunnerStorage
     const provider = yield* Provider
+    const drain = yield* Drain
     const self = storedAddress(address)
     const shardIds = Array.from({ length: shards }, (_, i) => ShardId.make("default", i + 1))
     const served = { generations: 0, decisions: 0 }
     const serving = new Set<string>()
 
-    const own = Effect.map(provider.readiness, (r): RunnerLoad => ({
+    const own = Effect.zipWith(provider.readiness, drain.draining, (r, draining): RunnerLoad => ({
       address: self,
       ready: r.state === "ready",
       running: r.scheduler.running,
       queued: r.scheduler.queued,
       slots: r.scheduler.slots,
-      shards: shardIds.filter((id) => sharding.hasShardId(id)).map((id) => id.id),
+      // A stopping runner reports none (it is not chosen), from the start of its drain.
+      shards: draining ? [] : shardIds.filter((id) => sharding.hasShardId(id)).map((id) => id.id),
       served: { ...served },
       serving: [...serving]
     }))

@@ -22,6 +22,7 @@ import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inferenc
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { stamp, TurnChunk } from "./ConversationEntity.js"
+import { Drain } from "./Drain.js"
 import * as Load from "./Load.js"
 import { Loads, RunnerLoad } from "./Load.js"
 
@@ -65,9 +66,10 @@ export const layer = Work.toLayer(
   Effect.gen(function*() {
     const provider = yield* Provider
     const loads = yield* Loads
+    const drain = yield* Drain
     return {
       Generate: ({ payload }) =>
-        Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn)))),
+        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn))))),
       Decide: ({ payload }) => Effect.scoped(Effect.zipRight(loads.serving("decisions", payload.id), provider.decide(payload.request))),
       Load: () => loads.own
     }
@@ -80,7 +82,7 @@ export const layerLoads = (
   address: RunnerAddress,
   shards: number,
   timing?: Load.LoadTiming
-): Layer.Layer<Loads, never, Sharding | RunnerStorage | Provider> =>
+): Layer.Layer<Loads, never, Sharding | RunnerStorage | Provider | Drain> =>
   Layer.scoped(
     Loads,
     Effect.gen(function*() {
