@@ -35,7 +35,9 @@ const pairLayer = Layer.unwrapScoped(Effect.gen(function*() {
   )
   const view = yield* Layer.build(viewLayer({ _tag: "Sqlite", file: storageOf(dir) }, SHARDS))
   const env = clusterEnv(storageOf(dir), SHARDS)
-  const [r1, r2] = yield* Effect.all([startRunner(dir, "r1", env), startRunner(dir, "r2", env)], { concurrency: "unbounded" })
+  // One after the other: SQLite runner storage can stall when runners start at the same moment (docs/cluster.md).
+  const r1 = yield* startRunner(dir, "r1", env)
+  const r2 = yield* startRunner(dir, "r2", env)
   return Layer.merge(Layer.succeed(Pair, { r1, r2 }), Layer.succeedContext(view))
 }))
 
@@ -54,11 +56,7 @@ const runningOn = (runner: RunnerProcess) => Effect.map(runner.provider.readines
 
 describe("one-offs and decisions by load", () => {
   layer(pairLayer, { timeout: 300_000, excludeTestServices: true })("two runners", (it) => {
-    // Skipped: it fails in CI (2 of 2 clean-clone runs: the second decision ran on the busy r1).
-    // The load accounting has a race: an answer r1 took while a one-off still ran on r2, arriving
-    // after that one-off ended, counts it again (its "finished" entry is keyed to the older
-    // answer), and a tie then stays on the busy entry. docs/cluster.md, "Open problems".
-    it.effect.skip("with r1 kept busy, one-offs and decisions sent through r1 are served by r2; through r2 they stay on r2; once r1 is idle they stay on r1", () =>
+    it.effect("with r1 kept busy, one-offs and decisions sent through r1 are served by r2; through r2 they stay on r2; once r1 is idle they stay on r1", () =>
       Effect.gen(function*() {
         const { r1, r2 } = yield* Pair
         yield* settled([r1, r2], SHARDS)
