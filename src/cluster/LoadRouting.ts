@@ -67,11 +67,14 @@ export const makeLedger = () => {
   return {
     known,
     start: (address: string, id: string) => void sent.set(address, (sent.get(address) ?? new Set<string>()).add(id)),
-    /** Request `id` sent to `address` ended at `now` (ms); forgets those ended `keepEnded` before. */
+    /**
+     * Request `id` sent to `address` ended at `now` (ms), if it was in flight (a second end is
+     * nothing); forgets those ended `keepEnded` before.
+     */
     end: (address: string, id: string, now: number) => {
       const ids = sent.get(address)
-      ids?.delete(id)
-      if (ids?.size === 0) sent.delete(address)
+      if (ids === undefined || !ids.delete(id)) return
+      if (ids.size === 0) sent.delete(address)
       ended.set(address, (ended.get(address) ?? new Map<string, number>()).set(id, now))
       for (const [at, done] of ended) {
         for (const [id, when] of done) if (now - when > keepEnded) done.delete(id)
@@ -147,7 +150,10 @@ export const make = (shards: number) =>
             AlreadyProcessingMessage: (e) => Stream.fail(refusal("a generation")(e)),
             PersistenceError: (e) => Stream.fail(refusal("a generation")(e))
           }),
-          exactlyOnce(`(a one-off sent to ${to.address})`, turn)
+          exactlyOnce(`(a one-off sent to ${to.address})`, turn),
+          // Ended at its Done chunk: the caller has its answer then, and may send the next request
+          // before this stream's scope closes.
+          Stream.tap((chunk) => chunk._tag === "Done" ? end(to.address, turn) : Effect.void)
         )
       }))
     }
