@@ -144,5 +144,11 @@ export const loadOf = (runner: RunnerProcess, shards: number) =>
 /** The shard locks once exactly `runners` hold them all, unchanged over two reads (settle.ts). */
 export const settled = (runners: ReadonlyArray<RunnerProcess>, shards: number) => shardLocks(runners.map((r) => r.stored), shards)
 
-/** How many generations a runner has finished (its readiness lists the recent ones). */
+/**
+ * The newest generation a runner finished, as its readiness lists it (undefined before any). Its
+ * list keeps the last 64: a count of them stops growing there, the newest sample does not.
+ */
+export const newestGeneration = (runner: RunnerProcess) => Effect.map(runner.provider.readiness, (r) => r.recentGenerations?.at(-1))
+
+/** How many generations a runner has finished (its readiness lists the last 64). */
 export const generationsOf = (runner: RunnerProcess) => Effect.map(runner.provider.readiness, (r) => r.recentGenerations?.length ?? 0)
