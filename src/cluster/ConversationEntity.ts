@@ -15,6 +15,9 @@
  * turn. The runtime then reports the reuse it found (`cold`, or `prefix`); with state files shared
  * between the runners, a checkpoint whose state file was saved (its slot taken over, or a graceful
  * stop) verifies from that file and restores it (`restored`) without coming here.
+ *
+ * A runner that stops lets its turns in flight end before the entities close (Drain.ts); each
+ * entity then hands its conversation over (its KV to its state file) as it closes.
  */
 import * as Entity from "@effect/cluster/Entity"
 import * as Rpc from "@effect/rpc/Rpc"
@@ -27,6 +30,7 @@ import { replyOf } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
+import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
 import { Transcripts } from "./Transcripts.js"
 
@@ -80,6 +84,7 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
       const { entityId } = yield* Entity.CurrentAddress
       yield* Effect.addFinalizer(() => conversations.handOver(entityId))
       const transcripts = yield* Transcripts
+      const drain = yield* Drain
 
       /**
        * A turn computed from `messages` (its history and the new turn), whose Done chunk goes out
@@ -126,10 +131,10 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
 
       return {
         Turn: ({ address, payload }) =>
-          Stream.unwrap(Effect.as(
+          drain.track(Stream.unwrap(Effect.as(
             placement.record(address.entityId),
             turn(address.entityId, payload.request).pipe(stamp(payload.turn))
-          ))
+          )))
       }
     }),
     { maxIdleTime: options.maxIdleTime ?? "10 minutes", concurrency: 1 }

@@ -10,9 +10,13 @@
  * Nothing is written to the runner storage: on SQLite, writes of every runner contend for one
  * lock that @effect/cluster's shard-lock refreshes need within a second (docs/cluster.md).
  *
+ * An answer also lists the ids of the requests the runner is running for other runners (its work
+ * entity's one-offs and decisions), so an entry can tell which of its own requests an answer still
+ * counts, however late the answer arrives (LoadRouting.reckoned).
+ *
  * An answer is fresh for `staleAfter` by this runner's clock (no clock is compared across
- * machines); a runner that does not answer drops out then. A runner that is stopping holds no
- * shards (Sharding reports none once it shuts down) and is not chosen.
+ * machines); a runner that does not answer drops out then. A runner that is stopping reports no
+ * shards (from the start of its drain, Drain.ts) and is not chosen.
  */
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { RunnerStorage } from "@effect/cluster/RunnerStorage"
@@ -24,7 +28,9 @@ import * as Effect from "effect/Effect"
 import * as HashRing from "effect/HashRing"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
 import { Provider } from "../services/Provider.js"
+import { Drain } from "./Drain.js"
 import { storedAddress } from "./Placement.js"
 
 /** What one runner answers about itself. */
@@ -39,7 +45,9 @@ export const RunnerLoad = Schema.Struct({
   /** Shard numbers of the default group it holds. */
   shards: Schema.Array(Schema.Int),
   /** One-off generations and decisions it served for other runners since it started. */
-  served: Schema.Struct({ generations: Schema.NonNegativeInt, decisions: Schema.NonNegativeInt })
+  served: Schema.Struct({ generations: Schema.NonNegativeInt, decisions: Schema.NonNegativeInt }),
+  /** The ids of the requests it runs for other runners now (counted in `running` and `queued`). */
+  serving: Schema.Array(Schema.String)
 })
 export type RunnerLoad = typeof RunnerLoad.Type
 
@@ -57,20 +65,18 @@ export interface LoadTiming {
 
 export const defaultTiming: LoadTiming = { probeEvery: "250 millis", probeTimeout: "1 second", staleAfter: "2 seconds" }
 
-/** A runner's load as last heard, with the version of that answer (a new probe, a new version). */
-export interface HeardLoad extends RunnerLoad {
-  readonly stamp: number
-}
-
 export class Loads extends Context.Tag("nativegen/cluster/Loads")<Loads, {
   /** This runner's stored address. */
   readonly self: string
   /** This runner's load now (its own scheduler). */
   readonly own: Effect.Effect<RunnerLoad>
   /** The other runners' loads as last heard: fresh answers only. */
-  readonly others: Effect.Effect<ReadonlyArray<HeardLoad>>
-  /** Counts a request served for another runner (reported with the load). */
-  readonly served: (kind: "generations" | "decisions") => Effect.Effect<void>
+  readonly others: Effect.Effect<ReadonlyArray<RunnerLoad>>
+  /**
+   * Marks request `id`, served for another runner, as running here until the scope ends (its id is
+   * in `serving` meanwhile), and counts it as served.
+   */
+  readonly serving: (kind: "generations" | "decisions", id: string) => Effect.Effect<void, never, Scope.Scope>
 }>() {}
 
 /**
@@ -103,22 +109,25 @@ export const make = (
     const sharding = yield* Sharding
     const storage = yield* RunnerStorage
     const provider = yield* Provider
+    const drain = yield* Drain
     const self = storedAddress(address)
     const shardIds = Array.from({ length: shards }, (_, i) => ShardId.make("default", i + 1))
     const served = { generations: 0, decisions: 0 }
+    const serving = new Set<string>()
 
-    const own = Effect.map(provider.readiness, (r): RunnerLoad => ({
+    const own = Effect.zipWith(provider.readiness, drain.draining, (r, draining): RunnerLoad => ({
       address: self,
       ready: r.state === "ready",
       running: r.scheduler.running,
       queued: r.scheduler.queued,
       slots: r.scheduler.slots,
-      shards: shardIds.filter((id) => sharding.hasShardId(id)).map((id) => id.id),
-      served: { ...served }
+      // A stopping runner reports none (it is not chosen), from the start of its drain.
+      shards: draining ? [] : shardIds.filter((id) => sharding.hasShardId(id)).map((id) => id.id),
+      served: { ...served },
+      serving: [...serving]
     }))
 
-    const heard = new Map<string, { readonly load: HeardLoad; readonly at: number }>()
-    let version = 0
+    const heard = new Map<string, { readonly load: RunnerLoad; readonly at: number }>()
     const staleAfter = Duration.toMillis(timing.staleAfter)
 
     /** One round: the first shard of each other runner, asked at once. */
@@ -134,7 +143,7 @@ export const make = (
           Effect.timeout(timing.probeTimeout),
           Effect.tap((load) =>
             Effect.sync(() => {
-              if (load.address !== self) heard.set(load.address, { load: { ...load, stamp: ++version }, at: Date.now() })
+              if (load.address !== self) heard.set(load.address, { load, at: Date.now() })
             })
           ),
           Effect.ignore
@@ -162,6 +171,13 @@ export const make = (
         const now = Date.now()
         return [...heard.values()].filter((h) => now - h.at <= staleAfter).map((h) => h.load)
       }),
-      served: (kind) => Effect.sync(() => void served[kind]++)
+      serving: (kind, id) =>
+        Effect.acquireRelease(
+          Effect.sync(() => {
+            served[kind]++
+            serving.add(id)
+          }),
+          () => Effect.sync(() => void serving.delete(id))
+        )
     })
   })

@@ -1,10 +1,12 @@
 /**
  * One-off generations (no conversation) and decisions go to the least loaded runner. The load of
  * a runner is its scheduler's running + queued requests: this runner's own now, the others' as
- * they last answered this runner's probe (Load.ts), corrected by what this runner knows sooner:
- * less the requests it sent there that finished since that answer, and never less than the
- * requests it has in flight there (so a burst does not all go to the runner that looked idle a
- * moment ago).
+ * they last answered this runner's probe (Load.ts), corrected by what this runner knows sooner,
+ * by request id (an answer lists the requests it runs for other runners): less the requests it
+ * sent there that the answer lists but that have ended since, plus those it sent there that the
+ * answer does not list yet (so a burst does not all go to the runner that looked idle a moment
+ * ago, and an answer taken before a request ended does not count it after its end, however late
+ * it arrives).
  * Ties go to this runner (no hop), then to a random one of the least loaded (so entries that see
  * the same view do not all pick the same runner). A runner whose engine is not ready or that
  * holds no shards (stopping, or not yet placed) is never picked. The request goes to the work
@@ -24,23 +26,62 @@ import { EngineUnavailable } from "../domain/EngineError.js"
 import type { DecideRequest, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { type HeardLoad, Loads, pending, type RunnerLoad } from "./Load.js"
+import { Loads, pending, type RunnerLoad } from "./Load.js"
 import { conversationOf, exactlyOnce } from "./RoutingProvider.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
-/** What this runner knows of another runner's load sooner than its published row. */
+/** What this runner knows of another runner's load sooner than its answers, by request id. */
 export interface Known {
-  /** Requests this runner has in flight there. */
-  readonly sent: ReadonlyMap<string, number>
-  /** Requests this runner sent there that finished since the answer with this stamp. */
-  readonly finished: ReadonlyMap<string, { readonly stamp: number; readonly count: number }>
+  /** The requests this runner has in flight there. */
+  readonly sent: ReadonlyMap<string, ReadonlySet<string>>
+  /** Requests this runner sent there that have ended (kept a while: an answer may arrive late). */
+  readonly ended: ReadonlyMap<string, Pick<ReadonlySet<string>, "has">>
 }
 
-/** Another runner's load as this runner reckons it. */
-export const reckoned = (l: HeardLoad, known: Known) => {
-  const finished = known.finished.get(l.address)
-  const since = finished?.stamp === l.stamp ? finished.count : 0
-  return Math.max(pending(l) - since, known.sent.get(l.address) ?? 0)
+/**
+ * Another runner's load as this runner reckons it: its answer's running + queued, less the
+ * requests of this runner that the answer still lists but that have ended since (however late the
+ * answer arrived), plus those in flight there that the answer does not list yet (sent after it).
+ */
+export const reckoned = (l: RunnerLoad, known: Known) => {
+  const listed = new Set(l.serving)
+  const ended = known.ended.get(l.address)
+  let gone = 0
+  if (ended !== undefined) for (const id of listed) if (ended.has(id)) gone++
+  let unseen = 0
+  for (const id of known.sent.get(l.address) ?? []) if (!listed.has(id)) unseen++
+  return Math.max(0, pending(l) - gone) + unseen
+}
+
+/**
+ * How long an ended request is remembered: longer than an answer can take (the probe timeout, 1 s)
+ * plus how long an answer is used (stale after 2 s), with a margin.
+ */
+export const keepEnded = 10_000
+
+/** The Known of one entry runner, kept as its requests to other runners start and end. */
+export const makeLedger = () => {
+  const sent = new Map<string, Set<string>>()
+  const ended = new Map<string, Map<string, number>>()
+  const known: Known = { sent, ended }
+  return {
+    known,
+    start: (address: string, id: string) => void sent.set(address, (sent.get(address) ?? new Set<string>()).add(id)),
+    /**
+     * Request `id` sent to `address` ended at `now` (ms), if it was in flight (a second end is
+     * nothing); forgets those ended `keepEnded` before.
+     */
+    end: (address: string, id: string, now: number) => {
+      const ids = sent.get(address)
+      if (ids === undefined || !ids.delete(id)) return
+      if (ids.size === 0) sent.delete(address)
+      ended.set(address, (ended.get(address) ?? new Map<string, number>()).set(id, now))
+      for (const [at, done] of ended) {
+        for (const [id, when] of done) if (now - when > keepEnded) done.delete(id)
+        if (done.size === 0) ended.delete(at)
+      }
+    }
+  }
 }
 
 /**
@@ -49,12 +90,12 @@ export const reckoned = (l: HeardLoad, known: Known) => {
  */
 export const choose = (
   own: RunnerLoad,
-  others: ReadonlyArray<HeardLoad>,
+  others: ReadonlyArray<RunnerLoad>,
   known: Known,
   random: () => number
-): HeardLoad | undefined => {
+): RunnerLoad | undefined => {
   const usable = others.filter((l) => l.ready && l.shards.length > 0 && l.address !== own.address)
-  const load = (l: HeardLoad) => reckoned(l, known)
+  const load = (l: RunnerLoad) => reckoned(l, known)
   const least = usable.reduce((min, l) => Math.min(min, load(l)), Infinity)
   if (own.ready && pending(own) <= least) return undefined
   if (usable.length === 0) return undefined
@@ -79,18 +120,10 @@ export const make = (shards: number) =>
     const sharding = yield* Sharding
     const clientFor = yield* Work.client
     const ids = idsByShard(sharding, shards)
-    const known = { sent: new Map<string, number>(), finished: new Map<string, { stamp: number; count: number }>() }
-    const start = (address: string) => Effect.sync(() => void known.sent.set(address, (known.sent.get(address) ?? 0) + 1))
-    const end = (address: string) =>
-      Effect.map(loads.others, (others) => {
-        const n = (known.sent.get(address) ?? 1) - 1
-        if (n === 0) known.sent.delete(address)
-        else known.sent.set(address, n)
-        const stamp = others.find((l) => l.address === address)?.stamp
-        if (stamp === undefined) return
-        const before = known.finished.get(address)
-        known.finished.set(address, { stamp, count: before?.stamp === stamp ? before.count + 1 : 1 })
-      })
+    const ledger = makeLedger()
+    const known = ledger.known
+    const start = (address: string, id: string) => Effect.sync(() => ledger.start(address, id))
+    const end = (address: string, id: string) => Effect.sync(() => ledger.end(address, id, Date.now()))
 
     /** The chosen runner and the work entity id of one of its shards; undefined for this runner. */
     const target = Effect.gen(function*() {
@@ -100,9 +133,9 @@ export const make = (shards: number) =>
       return { address: chosen.address, id: ids[shard - 1]! }
     })
 
-    /** Counts the request on its runner while it runs. */
-    const whileSent = (address: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      Effect.acquireUseRelease(start(address), () => effect, () => end(address))
+    /** Counts request `id` on its runner while it runs. */
+    const whileSent = (address: string, id: string) => <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.acquireUseRelease(start(address, id), () => effect, () => end(address, id))
 
     const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
       if (conversationOf(request) !== undefined) return local.generate(request)
@@ -110,30 +143,34 @@ export const make = (shards: number) =>
         const to = yield* target
         if (to === undefined) return local.generate(request)
         const turn = Crypto.randomUUID()
-        yield* Effect.acquireRelease(start(to.address), () => end(to.address))
+        yield* Effect.acquireRelease(start(to.address, turn), () => end(to.address, turn))
         return clientFor(to.id).Generate({ turn, request }).pipe(
           Stream.catchTags({
             MailboxFull: (e) => Stream.fail(refusal("a generation")(e)),
             AlreadyProcessingMessage: (e) => Stream.fail(refusal("a generation")(e)),
             PersistenceError: (e) => Stream.fail(refusal("a generation")(e))
           }),
-          exactlyOnce(`(a one-off sent to ${to.address})`, turn)
+          exactlyOnce(`(a one-off sent to ${to.address})`, turn),
+          // Ended at its Done chunk: the caller has its answer then, and may send the next request
+          // before this stream's scope closes.
+          Stream.tap((chunk) => chunk._tag === "Done" ? end(to.address, turn) : Effect.void)
         )
       }))
     }
 
     const decide = (request: DecideRequest) =>
-      Effect.flatMap(target, (to) =>
-        to === undefined
-          ? local.decide(request)
-          : clientFor(to.id).Decide({ request }).pipe(
-            Effect.catchTags({
-              MailboxFull: (e) => Effect.fail(refusal("a decision")(e)),
-              AlreadyProcessingMessage: (e) => Effect.fail(refusal("a decision")(e)),
-              PersistenceError: (e) => Effect.fail(refusal("a decision")(e))
-            }),
-            whileSent(to.address)
-          ))
+      Effect.flatMap(target, (to) => {
+        if (to === undefined) return local.decide(request)
+        const id = Crypto.randomUUID()
+        return clientFor(to.id).Decide({ id, request }).pipe(
+          Effect.catchTags({
+            MailboxFull: (e) => Effect.fail(refusal("a decision")(e)),
+            AlreadyProcessingMessage: (e) => Effect.fail(refusal("a decision")(e)),
+            PersistenceError: (e) => Effect.fail(refusal("a decision")(e))
+          }),
+          whileSent(to.address, id)
+        )
+      })
 
     return Provider.of({ ...local, generate, decide })
   })

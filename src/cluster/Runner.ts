@@ -29,6 +29,7 @@ import type { KeyedTurns } from "../http/KeyedConversations.js"
 import type { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import * as ConversationEntity from "./ConversationEntity.js"
+import * as Drain from "./Drain.js"
 import * as Health from "./Health.js"
 import * as LoadRouting from "./LoadRouting.js"
 import * as Placement from "./Placement.js"
@@ -105,15 +106,17 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
 export const layer = (
   settings: RunnerSettings
-): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider | Conversations> =>
-  Layer.mergeAll(
+): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider | Conversations> => {
+  // One Drain for the entities and the load answers: a stopping runner lets its streams end first.
+  const drain = Drain.layer(settings.drain ?? defaultDrain)
+  return Layer.mergeAll(
     // Conversations to their entities; one-offs and decisions by load; the rest local.
     RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),
-    ConversationEntity.layer(),
-    WorkEntity.layer,
+    Drain.closingAfter(Layer.merge(ConversationEntity.layer(), WorkEntity.layer)),
     SharedKeys.layer
   ).pipe(
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),
+    Layer.provideMerge(drain),
     Layer.provideMerge(layerSharding(settings)),
     Layer.mapError(Storage.withCause),
     Layer.tap(() =>
@@ -123,3 +126,4 @@ export const layer = (
       )
     )
   )
+}

@@ -5,7 +5,8 @@
  * runs the request on R (if the shard moves meanwhile, on its new holder: served all the same).
  * Many requests share one entity (unbounded concurrency); each generation is a turn with its own
  * id whose chunks are stamped as a conversation's are (the entry checks them the same way). The
- * entity also answers the runners' load probes (Load.ts), with what its runner served for others.
+ * entity also answers the runners' load probes (Load.ts), with what its runner served for others
+ * and the ids of what it is serving for them now.
  */
 import * as Entity from "@effect/cluster/Entity"
 import * as EntityId from "@effect/cluster/EntityId"
@@ -21,6 +22,7 @@ import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inferenc
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { stamp, TurnChunk } from "./ConversationEntity.js"
+import { Drain } from "./Drain.js"
 import * as Load from "./Load.js"
 import { Loads, RunnerLoad } from "./Load.js"
 
@@ -32,7 +34,8 @@ export const Work = Entity.make("Work", [
     stream: true
   }),
   Rpc.make("Decide", {
-    payload: { request: DecideRequest },
+    /** `id`: made by the entry, as a generation's `turn` is (the load answers list it while it runs). */
+    payload: { id: Schema.String, request: DecideRequest },
     success: DecideResult,
     error: ProviderError
   }),
@@ -63,10 +66,11 @@ export const layer = Work.toLayer(
   Effect.gen(function*() {
     const provider = yield* Provider
     const loads = yield* Loads
+    const drain = yield* Drain
     return {
       Generate: ({ payload }) =>
-        Stream.unwrap(Effect.as(loads.served("generations"), provider.generate(payload.request).pipe(stamp(payload.turn)))),
-      Decide: ({ payload }) => Effect.zipRight(loads.served("decisions"), provider.decide(payload.request)),
+        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn))))),
+      Decide: ({ payload }) => Effect.scoped(Effect.zipRight(loads.serving("decisions", payload.id), provider.decide(payload.request))),
       Load: () => loads.own
     }
   }),
@@ -78,7 +82,7 @@ export const layerLoads = (
   address: RunnerAddress,
   shards: number,
   timing?: Load.LoadTiming
-): Layer.Layer<Loads, never, Sharding | RunnerStorage | Provider> =>
+): Layer.Layer<Loads, never, Sharding | RunnerStorage | Provider | Drain> =>
   Layer.scoped(
     Loads,
     Effect.gen(function*() {

@@ -26,6 +26,7 @@ import type { KeyedTurn } from "../../src/http/KeyedConversations.js"
 import { makeHome, smallServerEnv, startServer } from "../cli/support.js"
 import { freePort } from "./free-port.js"
 import { freshDatabase, unavailable } from "./postgres.js"
+import { stable } from "./settle.js"
 
 const tempDir = Effect.acquireRelease(
   Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngk-"))),
@@ -144,19 +145,17 @@ const complete = (url: string, key: string, messages: ReadonlyArray<{ role: stri
   })
 
 /** Every shard's lock held, by both runners, the same in two reads a refresh apart (as test/cluster/runners.test.ts waits). */
-const settled = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const read = Effect.flatMap(
-    sql<{ shard_id: string; address: string }>`SELECT shard_id, address FROM ${sql(`${Storage.tablePrefix}_locks`)} ORDER BY shard_id`,
-    (rows) =>
-      rows.length === SHARDS && new Set(rows.map((r) => r.address)).size === 2
-        ? Effect.succeed(JSON.stringify(rows))
-        : Effect.fail(`not settled: ${JSON.stringify(rows)}`)
-  )
-  const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("60 seconds"))))
-  yield* Effect.sleep("1500 millis")
-  return (yield* read) === first ? first : yield* Effect.fail("the shard locks moved")
-}).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+const settled = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  stable(
+    Effect.flatMap(
+      sql<{ shard_id: string; address: string }>`SELECT shard_id, address FROM ${sql(`${Storage.tablePrefix}_locks`)} ORDER BY shard_id`,
+      (rows) =>
+        rows.length === SHARDS && new Set(rows.map((r) => r.address)).size === 2
+          ? Effect.succeed(JSON.stringify(rows))
+          : Effect.fail(`not settled: ${JSON.stringify(rows)}`)
+    ),
+    (rows) => rows
+  ))
 
 const sqlLayer = Layer.unwrapEffect(Effect.map(TwoRunners, ({ storage }) => Storage.layerSqlClient(storage)))
 

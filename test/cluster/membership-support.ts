@@ -21,6 +21,7 @@ import type * as Storage from "../../src/cluster/Storage.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
 import { bin, environment, makeHome, smallServerEnv } from "../cli/support.js"
+import { shardLocks } from "./settle.js"
 
 export interface RunnerProcess {
   readonly name: string
@@ -140,26 +141,14 @@ export const loadOf = (runner: RunnerProcess, shards: number) =>
     return yield* (yield* WorkEntity.Work.client)(ids[shard - 1]!).Load()
   })
 
-/**
- * The shard locks once exactly `runners` hold them all, unchanged over two reads 1.5 s apart (a
- * runner that has not yet seen the last one join may still hold shards it is about to release).
- */
-export const settled = (runners: ReadonlyArray<RunnerProcess>, shards: number) =>
-  Effect.gen(function*() {
-    const expected = new Set(runners.map((r) => r.stored))
-    const read = Effect.flatMap(Status.snapshot, (s) => {
-      const owners = new Set(s.shards?.values() ?? [])
-      return s.shards?.size === shards && owners.size === expected.size && [...owners].every((o) => expected.has(o))
-        ? Effect.succeed(s)
-        : Effect.fail(`not settled: ${JSON.stringify([...(s.shards ?? [])])}`)
-    })
-    const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("60 seconds"))))
-    yield* Effect.sleep("1500 millis")
-    const second = yield* read
-    return JSON.stringify([...first.shards!].sort()) === JSON.stringify([...second.shards!].sort())
-      ? second
-      : yield* Effect.fail("the shard locks moved")
-  }).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+/** The shard locks once exactly `runners` hold them all, unchanged over two reads (settle.ts). */
+export const settled = (runners: ReadonlyArray<RunnerProcess>, shards: number) => shardLocks(runners.map((r) => r.stored), shards)
 
-/** How many generations a runner has finished (its readiness lists the recent ones). */
+/**
+ * The newest generation a runner finished, as its readiness lists it (undefined before any). Its
+ * list keeps the last 64: a count of them stops growing there, the newest sample does not.
+ */
+export const newestGeneration = (runner: RunnerProcess) => Effect.map(runner.provider.readiness, (r) => r.recentGenerations?.at(-1))
+
+/** How many generations a runner has finished (its readiness lists the last 64). */
 export const generationsOf = (runner: RunnerProcess) => Effect.map(runner.provider.readiness, (r) => r.recentGenerations?.length ?? 0)

@@ -20,7 +20,6 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
-import * as Schedule from "effect/Schedule"
 import type { ChatMessage, GenerateChunk } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
@@ -28,6 +27,7 @@ import { makeHome, run, smallServerEnv, startServer } from "../cli/support.js"
 import { freePort } from "./free-port.js"
 import { freshDatabase, named, unavailable } from "./postgres.js"
 import { answerOf, collectFrom, doneOf, tokensOf } from "../support/generation.js"
+import { stable } from "./settle.js"
 
 const SHARDS = 6
 
@@ -67,19 +67,17 @@ const clusterLayer = Layer.scoped(
 const sqlLayer = Layer.unwrapEffect(Effect.map(PgCluster, ({ url }) => PgClient.layer({ url: Redacted.make(url), maxConnections: 1 })))
 
 /** Every shard's advisory lock granted, held by two sessions (both runners), the same in two reads a refresh apart. */
-const settled = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  const read = Effect.flatMap(
-    sql<{ objid: number; pid: number }>`SELECT objid, pid FROM pg_locks WHERE locktype = 'advisory' AND granted ORDER BY objid`,
-    (rows) =>
-      rows.length === SHARDS && new Set(rows.map((r) => r.pid)).size === 2
-        ? Effect.succeed(JSON.stringify(rows))
-        : Effect.fail(`not settled: ${JSON.stringify(rows)}`)
-  )
-  const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("60 seconds"))))
-  yield* Effect.sleep("1500 millis")
-  return (yield* read) === first ? first : yield* Effect.fail("the shard locks moved")
-}).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+const settled = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  stable(
+    Effect.flatMap(
+      sql<{ objid: number; pid: number }>`SELECT objid, pid FROM pg_locks WHERE locktype = 'advisory' AND granted ORDER BY objid`,
+      (rows) =>
+        rows.length === SHARDS && new Set(rows.map((r) => r.pid)).size === 2
+          ? Effect.succeed(JSON.stringify(rows))
+          : Effect.fail(`not settled: ${JSON.stringify(rows)}`)
+    ),
+    (rows) => rows
+  ))
 
 const generationsOf = (member: Member) => Effect.map(member.provider.readiness, (r) => r.recentGenerations?.length ?? 0)
 

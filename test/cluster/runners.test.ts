@@ -9,11 +9,11 @@
  * (a twin conversation owned by the entry runner itself: no hop). `nativegen cluster status`
  * then shows the three runners, the shards each holds and where each conversation was served.
  */
+import { shardLocks } from "./settle.js"
 import { assert, describe, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import * as Schedule from "effect/Schedule"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -69,26 +69,8 @@ const clusterLayer = Layer.scoped(
 /** The client-only Sharding (for conversations' shards) and the SQL client over the cluster's storage. */
 const viewLayer = Layer.unwrapEffect(Effect.map(TestCluster, ({ storage }) => Runner.layerClientOnly({ storage, shards: SHARDS })))
 
-/**
- * Shard locks once the cluster settled: every shard locked, by all three runners, the same in two
- * reads a refresh interval apart (a runner that has not yet seen the last one join may still hold
- * shards it is about to release).
- */
-const settled = Effect.gen(function*() {
-  const { members } = yield* TestCluster
-  const read = Effect.flatMap(Status.snapshot, (s) => {
-    const owners = new Set(s.shards?.values() ?? [])
-    return s.shards?.size === SHARDS && members.every((m) => owners.has(m.stored))
-      ? Effect.succeed(s)
-      : Effect.fail(`not settled: ${JSON.stringify([...(s.shards ?? [])])}`)
-  })
-  const first = yield* read.pipe(Effect.retry(Schedule.spaced("250 millis").pipe(Schedule.upTo("60 seconds"))))
-  yield* Effect.sleep("1500 millis")
-  const second = yield* read
-  return JSON.stringify([...first.shards!].sort()) === JSON.stringify([...second.shards!].sort())
-    ? second
-    : yield* Effect.fail("the shard locks moved")
-}).pipe(Effect.retry({ times: 10 }), Effect.orDie)
+/** Shard locks once the cluster settled: every shard locked, by the three runners, the same in two reads (settle.ts). */
+const settled = Effect.flatMap(TestCluster, ({ members }) => shardLocks(members.map((m) => m.stored), SHARDS))
 
 
 
