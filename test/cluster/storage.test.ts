@@ -187,6 +187,33 @@ const collectGarbage = () => {
 }
 
 describe.skipIf(!Fs.existsSync("/proc/self/fd"))("SQLite runner storage connections", () => {
+  it.live("a write that met another runner's write lock leaves its connection sound: the next write commits and releases the lock", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const a = yield* client(spec)
+      const b = yield* client(spec)
+      yield* a`CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER)`
+      yield* a`INSERT INTO t VALUES (1, 0)`
+      // B holds the write lock while A writes outside a transaction (as a heartbeat is written).
+      const inside = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const holding = yield* b.withTransaction(
+        b`UPDATE t SET v = v + 1 WHERE k = 1`.pipe(Effect.zipRight(Deferred.succeed(inside, undefined)), Effect.zipRight(Deferred.await(release)))
+      ).pipe(Effect.fork)
+      yield* Deferred.await(inside)
+      const busy = yield* Effect.flip(a`UPDATE t SET v = v + 10 WHERE k = 1`)
+      assert.isTrue(Storage.isBusy(busy.cause), `A's write met B's lock: ${busy.message}`)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(holding)
+      // A's next write is committed at once: another runner sees it and can write after it.
+      yield* a`UPDATE t SET v = v + 100 WHERE k = 1`
+      const seen = yield* b<{ v: number }>`SELECT v FROM t WHERE k = 1`
+      assert.strictEqual(Number(seen[0]?.v), 101, "B sees A's committed write")
+      yield* b.withTransaction(b`UPDATE t SET v = v + 1000 WHERE k = 1`).pipe(Effect.timeout("5 seconds"))
+      const after = yield* a<{ v: number }>`SELECT v FROM t WHERE k = 1`
+      assert.strictEqual(Number(after[0]?.v), 1101)
+    }).pipe(Effect.scoped), 30_000)
+
   it.live("write transactions close their connections, and closing the storage closes the rest: no file left open", () =>
     Effect.gen(function*() {
       const spec = yield* sqlite.fresh
