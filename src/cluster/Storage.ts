@@ -85,14 +85,16 @@ export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClie
 export const writerWait = 2_000
 
 /**
- * SQLITE_BUSY and its extended codes (BUSY_RECOVERY: a connection is recovering the WAL of a
+ * SQLITE_BUSY (here or in the error's causes) and its extended codes (BUSY_RECOVERY: a connection is recovering the WAL of a
  * runner that died mid-write; BUSY_SNAPSHOT), and SQLITE_LOCKED: all mean "wait and try again".
  */
-export const isBusy = (error: unknown) => {
-  if (!(error instanceof Error)) return false
+export const isBusy = (error: unknown): boolean => {
+  if (typeof error !== "object" || error === null) return false
   const code = "code" in error && typeof error.code === "string" ? error.code : ""
   const raw = "rawCode" in error && typeof error.rawCode === "number" ? error.rawCode & 0xff : -1
-  return code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED") || raw === 5 || raw === 6
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED") || raw === 5 || raw === 6) return true
+  // Wrapped (a PersistenceError's SqlError's LibsqlError): the driver's error is a cause of it.
+  return "cause" in error && error.cause !== error && isBusy(error.cause)
 }
 
 /** The BEGIN of a libsql transaction mode (as @libsql/client's own). */
