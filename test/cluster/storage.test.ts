@@ -267,6 +267,24 @@ describe.skipIf(!Fs.existsSync("/proc/self/fd"))("SQLite runner storage connecti
       assert.strictEqual(Number(after[0]?.v), 1101)
     }).pipe(Effect.scoped), 30_000)
 
+  it.live("a write transaction that cannot begin while another process holds the lock fails with SQLITE_BUSY, and the client keeps answering", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const { sql } = yield* runnerStorage(spec)
+      yield* sql`CREATE TABLE t (x INTEGER)`
+      const holder = yield* lockHolder(file)
+      const started = performance.now()
+      const refused = yield* Effect.flip(sql.withTransaction(sql`INSERT INTO t VALUES (1)`)).pipe(Effect.timeout("20 seconds"))
+      assert.isTrue(Storage.isBusy(refused), `the transaction's failure: ${refused.message}`)
+      assert.isAtLeast(performance.now() - started, Storage.writerWait)
+      yield* killed(holder)
+      // The client's transaction permit was given back: the next transaction runs.
+      yield* sql.withTransaction(sql`INSERT INTO t VALUES (2)`).pipe(Effect.timeout("5 seconds"))
+      const rows = yield* sql<{ x: number }>`SELECT x FROM t`
+      assert.deepStrictEqual(rows.map((r) => Number(r.x)), [2])
+    }).pipe(Effect.scoped), 30_000)
+
   it.live("write transactions close their connections, and closing the storage closes the rest: no file left open", () =>
     Effect.gen(function*() {
       const spec = yield* sqlite.fresh
