@@ -14,12 +14,14 @@
  *
  * When the cluster drops a runner (its health check failed, or its heartbeat went stale), it
  * closes its connection to it, and a turn streaming from it, or waiting to be sent to it, ends
- * interrupted rather than re-sent. The same rule applies: after tokens were delivered, the turn
+ * interrupted rather than re-sent; a turn whose request or chunks met that connection as it broke
+ * ends with the socket's error (a defect of the RPC protocol). The same rule applies: after tokens were delivered, the turn
  * fails with `GenerationFailed { deliveredTokens }`; before any, it is sent again (a new turn id),
  * and waits for the shard's next owner.
  */
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
 import type * as Sharding from "@effect/cluster/Sharding"
+import { isSocketError } from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
@@ -74,6 +76,17 @@ export const exactlyOnce = (conversation: string, turn: string) =>
     )
   })
 
+/**
+ * Whether a turn's stream ended because its runner was lost: interrupted (the cluster dropped the
+ * runner and closed its connection), or the connection to it failed under the turn (the RPC
+ * protocol dies with the socket's error when it writes to a runner that is gone).
+ */
+export const runnerLost = (cause: Cause.Cause<unknown>): boolean => {
+  if (Cause.isInterruptedOnly(cause)) return true
+  const defects = Chunk.toReadonlyArray(Cause.defects(cause))
+  return Chunk.isEmpty(Cause.failures(cause)) && defects.length > 0 && defects.every(isSocketError)
+}
+
 /** How many times a turn lost before its first token is sent again (each waits for the shard's next owner). */
 export const lostTurnRetries = 4
 
@@ -116,7 +129,7 @@ export const make = Effect.gen(function*() {
           Stream.catchAllCause((cause) => {
             // Our own interruption is not caught here; an interruption that ends the turn's stream
             // is the cluster dropping the runner that served it (its connection is closed).
-            if (!Cause.isInterruptedOnly(cause)) return Stream.failCause(cause)
+            if (!runnerLost(cause)) return Stream.failCause(cause)
             if (chunks > 0) {
               return Stream.fail(new GenerationFailed({
                 deliveredTokens: delivered,

@@ -65,8 +65,7 @@ export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClie
         const live = Effect.acquireRelease(
           Effect.sync(() => {
             Fs.mkdirSync(Path.dirname(spec.file), { recursive: true })
-            const open = () => Libsql.createClient({ url: `file:${spec.file}` })
-            return waitingForWriters(open(), open)
+            return waitingForWriters(() => Libsql.createClient({ url: `file:${spec.file}` }))
           }),
           (client) => Effect.sync(() => client.close())
         )
@@ -77,18 +76,25 @@ export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClie
       })
     ))
 
-/** How long a write transaction waits for another runner's to end before it fails. */
-export const writerWait = 60_000
+/**
+ * How long a write transaction's BEGIN waits for another runner's write to end. @effect/sql-libsql
+ * takes the client's permit and begins uninterruptibly, so this bounds how long a refresh that
+ * timed out can hold its runner: well under a detection time (a write holds the lock for
+ * milliseconds; only a stuck connection held it longer, see `sharedConnection`).
+ */
+export const writerWait = 2_000
 
 /**
- * SQLITE_BUSY and its extended codes (BUSY_RECOVERY: a connection is recovering the WAL of a
+ * SQLITE_BUSY (here or in the error's causes) and its extended codes (BUSY_RECOVERY: a connection is recovering the WAL of a
  * runner that died mid-write; BUSY_SNAPSHOT), and SQLITE_LOCKED: all mean "wait and try again".
  */
-const isBusy = (error: unknown) => {
-  if (!(error instanceof Error)) return false
+export const isBusy = (error: unknown): boolean => {
+  if (typeof error !== "object" || error === null) return false
   const code = "code" in error && typeof error.code === "string" ? error.code : ""
   const raw = "rawCode" in error && typeof error.rawCode === "number" ? error.rawCode & 0xff : -1
-  return code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED") || raw === 5 || raw === 6
+  if (code.startsWith("SQLITE_BUSY") || code.startsWith("SQLITE_LOCKED") || raw === 5 || raw === 6) return true
+  // Wrapped (a PersistenceError's SqlError's LibsqlError): the driver's error is a cause of it.
+  return "cause" in error && error.cause !== error && isBusy(error.cause)
 }
 
 /** The BEGIN of a libsql transaction mode (as @libsql/client's own). */
@@ -143,49 +149,131 @@ class TransactionOn implements Libsql.Transaction {
 }
 
 /**
- * The libsql client with write transactions that wait for another process's to end, all on one
- * connection of their own (@effect/sql-libsql runs one transaction at a time per client), closed
- * with the client. libsql has no busy timeout, so BEGIN IMMEDIATE fails at once while another
- * runner writes; then @effect/sql-libsql 0.42 never gives back the permit it took for the
- * transaction (every later query of the client waits forever: the runner stops refreshing its
- * shard locks), and the failed statement stays in progress on its connection (a later COMMIT there
- * fails, leaving the write lock held). So a connection whose BEGIN (or COMMIT, ROLLBACK) failed is
- * closed and replaced (`open`), and the BEGIN is retried with backoff for up to `writerWait`.
+ * A transaction that could not begin (another runner kept the write lock past `writerWait`): every
+ * statement and the commit fail with BEGIN's error, the rollback succeeds. It is handed to
+ * @effect/sql-libsql instead of a rejected BEGIN because, in 0.42, a BEGIN that fails never gives
+ * back the permit it took (every later query of the client would wait forever); a transaction whose
+ * body fails is rolled back and gives it back, and the caller sees BEGIN's SQLITE_BUSY.
  */
-export const waitingForWriters = (client: Libsql.Client, open: () => Libsql.Client): Libsql.Client => {
+class NotBegun implements Libsql.Transaction {
+  #closed = false
+  constructor(private readonly error: unknown) {}
+  execute(): Promise<Libsql.ResultSet> {
+    return Promise.reject(this.error)
+  }
+  batch(): Promise<Array<Libsql.ResultSet>> {
+    return Promise.reject(this.error)
+  }
+  executeMultiple(): Promise<void> {
+    return Promise.reject(this.error)
+  }
+  rollback() {
+    this.#closed = true
+    return Promise.resolve()
+  }
+  commit() {
+    this.#closed = true
+    return Promise.reject(this.error)
+  }
+  close() {
+    this.#closed = true
+  }
+  get closed() {
+    return this.#closed
+  }
+}
+
+/**
+ * Why a libsql connection is dropped after any failed statement. libsql (0.4) does not reset a
+ * statement that failed: one that met another runner's write lock (SQLITE_BUSY) stays "running"
+ * on its connection, and while it does, SQLite never commits that connection's later autocommit
+ * writes: the next write that succeeds there keeps the WAL write lock and its changes uncommitted
+ * (invisible to every other runner) until the garbage collector finalizes the failed statement,
+ * which in an idle runner may be never. Every other runner's writes then fail with SQLITE_BUSY for
+ * good: the cluster-wide freeze ("Shard lock storage is unhealthy" on every runner at the same
+ * second) seen in the SIGKILL tallies. A failed statement that met the lock holds no lock itself,
+ * so closing its connection and opening a new one for the next statement is enough
+ * (test/cluster/storage.test.ts reproduces it).
+ */
+export const sharedConnection = (open: () => Libsql.Client) => {
+  let current: Libsql.Client | undefined
+  let closed = false
+  const use = async <A>(run: (connection: Libsql.Client) => Promise<A>): Promise<A> => {
+    if (closed) throw new Error("the runner storage's SQLite client is closed")
+    const connection = current ?? open()
+    current = connection
+    try {
+      return await run(connection)
+    } catch (error) {
+      if (current === connection) current = undefined
+      connection.close()
+      throw error
+    }
+  }
+  const close = () => {
+    closed = true
+    current?.close()
+    current = undefined
+  }
+  return { use, close }
+}
+
+/**
+ * The libsql client a runner's SQL client uses (`open` makes a new connection to the file):
+ *
+ * - statements outside a transaction run on one shared connection, replaced after any failure
+ *   (`sharedConnection`): a connection never runs a statement after one that failed;
+ * - write transactions wait for another process's to end, all on one connection of their own
+ *   (@effect/sql-libsql runs one transaction at a time per client), closed with the client. libsql
+ *   has no busy timeout, so BEGIN IMMEDIATE fails at once while another runner writes (a busy
+ *   timeout would block the event loop: libsql's statements are synchronous); the connection whose
+ *   BEGIN (or COMMIT, ROLLBACK) failed is closed and replaced, and the BEGIN retried with backoff
+ *   for up to `writerWait`, after which the transaction fails (`NotBegun`) and gives back its permit.
+ */
+export const waitingForWriters = (open: () => Libsql.Client): Libsql.Client => {
+  const shared = sharedConnection(open)
   let idle: Libsql.Client | undefined
+  let closed = false
   const transaction = async (mode: Libsql.TransactionMode = "write"): Promise<Libsql.Transaction> => {
     const deadline = Date.now() + writerWait
     for (let delay = 2;; delay = Math.min(delay * 2, 100)) {
+      if (closed) return new NotBegun(new Error("the runner storage's SQLite client is closed"))
       const connection = idle ?? open()
       idle = undefined
       try {
         await connection.execute(beginOf(mode))
       } catch (error) {
         connection.close()
-        if (!isBusy(error) || Date.now() > deadline) throw error
+        if (!isBusy(error) || Date.now() > deadline) return new NotBegun(error)
         await new Promise((resolve) => setTimeout(resolve, delay * (0.5 + Math.random())))
         continue
       }
       return new TransactionOn(connection, (sound) => {
-        if (sound && idle === undefined && !client.closed) idle = connection
+        if (sound && idle === undefined && !closed) idle = connection
         else connection.close()
       })
     }
   }
   const close = () => {
+    closed = true
     idle?.close()
     idle = undefined
-    client.close()
+    shared.close()
   }
-  return new Proxy(client, {
-    get(target, property, receiver) {
-      if (property === "transaction") return transaction
-      if (property === "close") return close
-      const value: unknown = Reflect.get(target, property, receiver)
-      return typeof value === "function" ? value.bind(target) : value
-    }
-  })
+  const client: Libsql.Client = {
+    execute: (stmt) => shared.use((c) => c.execute(stmt)),
+    batch: (stmts, mode) => shared.use((c) => c.batch(stmts, mode)),
+    migrate: (stmts) => shared.use((c) => c.migrate(stmts)),
+    transaction,
+    executeMultiple: (sql) => shared.use((c) => c.executeMultiple(sql)),
+    sync: () => shared.use((c) => c.sync()),
+    close,
+    get closed() {
+      return closed
+    },
+    protocol: "file"
+  }
+  return client
 }
 
 /**

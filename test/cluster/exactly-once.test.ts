@@ -3,16 +3,20 @@
  * all inputs: an unbroken stream passes through unchanged and in its batches; a stream that the
  * cluster restarted (a lost runner's turn re-sent to the shard's next owner, starting again from
  * chunk 0) ends with `GenerationFailed` naming the tokens delivered, with no chunk delivered twice;
- * a restart after the Done chunk is not passed on.
+ * a restart after the Done chunk is not passed on. A turn's stream that ends interrupted, or with
+ * the runner connection's socket error alone, is a lost runner's turn; any other end is passed on.
  */
+import { SocketGenericError } from "@effect/platform/Socket"
 import { assert, describe, it } from "@effect/vitest"
+import * as Cause from "effect/Cause"
+import * as FiberId from "effect/FiberId"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Stream from "effect/Stream"
 import * as fc from "effect/FastCheck"
 import { stamp, tokenCount, type TurnChunk } from "../../src/cluster/ConversationEntity.js"
-import { exactlyOnce } from "../../src/cluster/RoutingProvider.js"
+import { exactlyOnce, runnerLost } from "../../src/cluster/RoutingProvider.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 
 const text = (tokens: ReadonlyArray<number>): GenerateChunk => ({ _tag: "Text", channel: "answer", text: tokens.join(" "), tokens })
@@ -106,4 +110,17 @@ describe("exactly-once turns", () => {
       assert.strictEqual(gap._tag, "GenerationFailed")
       assert.strictEqual(gap.deliveredTokens, 2)
     }))
+})
+
+describe("a lost runner's turn (RoutingProvider.runnerLost)", () => {
+  it("interruption, or the runner connection's socket error alone, is a lost runner; anything else is passed on", () => {
+    const socket = new SocketGenericError({ reason: "Write", cause: new Error("EPIPE") })
+    const interrupted = Cause.interrupt(FiberId.none)
+    assert.isTrue(runnerLost(interrupted))
+    assert.isTrue(runnerLost(Cause.die(socket)))
+    assert.isTrue(runnerLost(Cause.parallel(Cause.die(socket), interrupted)))
+    assert.isFalse(runnerLost(Cause.die(new Error("a bug"))))
+    assert.isFalse(runnerLost(Cause.parallel(Cause.die(socket), Cause.die(new Error("a bug")))))
+    assert.isFalse(runnerLost(Cause.parallel(Cause.die(socket), Cause.fail("a typed failure"))))
+  })
 })

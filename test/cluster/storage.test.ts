@@ -28,6 +28,7 @@ import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
+import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -186,7 +187,104 @@ const collectGarbage = () => {
   if (typeof gc === "function") gc()
 }
 
+/**
+ * Another process that takes the SQLite write lock on `file` (a write transaction left open), as a
+ * runner does mid-write; scoped: SIGKILLed at the latest when the scope closes.
+ */
+const lockHolder = (file: string) =>
+  Effect.acquireRelease(
+    Effect.async<ChildProcess.ChildProcess, Error>((resume) => {
+      const script = [
+        "import { createClient } from '@libsql/client'",
+        `const c = createClient({ url: ${JSON.stringify(`file:${file}`)} })`,
+        "await c.execute('BEGIN IMMEDIATE')",
+        `await c.execute("UPDATE ${Storage.tablePrefix}_runners SET healthy = healthy")`,
+        "console.log('holding')",
+        "setInterval(() => {}, 60_000)"
+      ].join("\n")
+      const child = ChildProcess.spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["ignore", "pipe", "inherit"] })
+      child.stdout.on("data", (data: Buffer) => {
+        if (data.toString().includes("holding")) resume(Effect.succeed(child))
+      })
+      child.on("exit", (code) => resume(Effect.fail(new Error(`the lock holder exited (${code}) before it held the lock`))))
+    }),
+    (child) => killed(child)
+  )
+
+/** SIGKILLs `child` and waits until it is gone. */
+const killed = (child: ChildProcess.ChildProcess) =>
+  Effect.async<void>((resume) => {
+    if (child.exitCode !== null || child.signalCode !== null) return resume(Effect.void)
+    child.once("exit", () => resume(Effect.void))
+    child.kill("SIGKILL")
+  })
+
 describe.skipIf(!Fs.existsSync("/proc/self/fd"))("SQLite runner storage connections", () => {
+  it.live("a process SIGKILLed while it holds the write lock: the kernel frees it, and the runners' next writes commit", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const a = yield* runnerStorage(spec)
+      const b = yield* runnerStorage(spec)
+      yield* a.storage.register(Runner.make({ address: addressOf("a"), groups: ["default"], weight: 1 }), true)
+      assert.deepStrictEqual(names(yield* a.storage.acquire(addressOf("a"), shards)), names(shards))
+      const holder = yield* lockHolder(file)
+      // While it holds the lock, A's refresh (heartbeat and locks) fails after its retries: SQLITE_BUSY.
+      const refused = yield* Effect.flip(a.storage.refresh(addressOf("a"), shards))
+      assert.isTrue(Storage.isBusy(refused.cause), `refresh while the lock is held: ${refused.message}`)
+      yield* killed(holder)
+      // A's next refresh commits (B reads it), and B can write after it.
+      assert.deepStrictEqual(names(yield* a.storage.refresh(addressOf("a"), shards)), names(shards))
+      assert.deepStrictEqual((yield* b.storage.getRunners).map(([r]) => r.address.host), ["a"])
+      assert.deepStrictEqual(yield* b.storage.acquire(addressOf("b"), shards).pipe(Effect.timeout("5 seconds")), [])
+      yield* b.storage.register(Runner.make({ address: addressOf("b"), groups: ["default"], weight: 1 }), true).pipe(Effect.timeout("5 seconds"))
+    }).pipe(Effect.scoped), 30_000)
+
+  it.live("a write that met another runner's write lock leaves its connection sound: the next write commits and releases the lock", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const a = yield* client(spec)
+      const b = yield* client(spec)
+      yield* a`CREATE TABLE t (k INTEGER PRIMARY KEY, v INTEGER)`
+      yield* a`INSERT INTO t VALUES (1, 0)`
+      // B holds the write lock while A writes outside a transaction (as a heartbeat is written).
+      const inside = yield* Deferred.make<void>()
+      const release = yield* Deferred.make<void>()
+      const holding = yield* b.withTransaction(
+        b`UPDATE t SET v = v + 1 WHERE k = 1`.pipe(Effect.zipRight(Deferred.succeed(inside, undefined)), Effect.zipRight(Deferred.await(release)))
+      ).pipe(Effect.fork)
+      yield* Deferred.await(inside)
+      const busy = yield* Effect.flip(a`UPDATE t SET v = v + 10 WHERE k = 1`)
+      assert.isTrue(Storage.isBusy(busy.cause), `A's write met B's lock: ${busy.message}`)
+      yield* Deferred.succeed(release, undefined)
+      yield* Fiber.join(holding)
+      // A's next write is committed at once: another runner sees it and can write after it.
+      yield* a`UPDATE t SET v = v + 100 WHERE k = 1`
+      const seen = yield* b<{ v: number }>`SELECT v FROM t WHERE k = 1`
+      assert.strictEqual(Number(seen[0]?.v), 101, "B sees A's committed write")
+      yield* b.withTransaction(b`UPDATE t SET v = v + 1000 WHERE k = 1`).pipe(Effect.timeout("5 seconds"))
+      const after = yield* a<{ v: number }>`SELECT v FROM t WHERE k = 1`
+      assert.strictEqual(Number(after[0]?.v), 1101)
+    }).pipe(Effect.scoped), 30_000)
+
+  it.live("a write transaction that cannot begin while another process holds the lock fails with SQLITE_BUSY, and the client keeps answering", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const { sql } = yield* runnerStorage(spec)
+      yield* sql`CREATE TABLE t (x INTEGER)`
+      const holder = yield* lockHolder(file)
+      const started = performance.now()
+      const refused = yield* Effect.flip(sql.withTransaction(sql`INSERT INTO t VALUES (1)`)).pipe(Effect.timeout("20 seconds"))
+      assert.isTrue(Storage.isBusy(refused), `the transaction's failure: ${refused.message}`)
+      assert.isAtLeast(performance.now() - started, Storage.writerWait)
+      yield* killed(holder)
+      // The client's transaction permit was given back: the next transaction runs.
+      yield* sql.withTransaction(sql`INSERT INTO t VALUES (2)`).pipe(Effect.timeout("5 seconds"))
+      const rows = yield* sql<{ x: number }>`SELECT x FROM t`
+      assert.deepStrictEqual(rows.map((r) => Number(r.x)), [2])
+    }).pipe(Effect.scoped), 30_000)
+
   it.live("write transactions close their connections, and closing the storage closes the rest: no file left open", () =>
     Effect.gen(function*() {
       const spec = yield* sqlite.fresh
