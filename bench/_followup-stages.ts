@@ -4,7 +4,7 @@
  * at 1 thread with the peer benchmark's prompts (bench/peer/Prompts.ts). Per round: turn 1 of a
  * conversation (cold), then its follow-up with turn 1's checkpoint; over the follow-up only, the
  * CPU time of the client (this process), the host, the engine child's main thread (JavaScript)
- * and its other threads (the native prefill and decode: the floor), from /proc. The last round is
+ * and its other threads (the native prefill and decode: the floor), from /proc schedstat (ns). The last round is
  * sampled by V8's profiler in all three processes (bench/_sigprof.cjs) and summarised per function
  * (bench/_profile.ts) as shares of the CPU measured in the unprofiled rounds.
  * Run: `NATIVEGEN_MODEL_CACHE=.cache/models node --import tsx bench/_followup-stages.ts [rounds]`.
@@ -28,24 +28,32 @@ const statFields = (file: string) => {
   const stat = Fs.readFileSync(file, "utf8")
   return stat.slice(stat.lastIndexOf(")") + 2).split(" ")
 }
-const cpuOf = (fields: ReadonlyArray<string>) => (Number(fields[11]) + Number(fields[12])) * 10
 const parentOf = (pid: number) => Number(statFields(`/proc/${pid}/stat`)[1])
 
-/** CPU ms of the client, the host, the child's main thread and the child's other threads. */
-const snapshot = (hostPid: number, childPid: number) => {
-  let childMain = 0
-  let childNative = 0
-  for (const tid of Fs.readdirSync(`/proc/${childPid}/task`)) {
+/** CPU ms a thread has run (/proc/.../schedstat: nanoseconds, not the 10 ms ticks of stat). */
+const threadCpu = (pid: number, tid: number) => Number(Fs.readFileSync(`/proc/${pid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1e6
+/** CPU ms of all of a process's threads, and of its main thread. */
+const processCpu = (pid: number) => {
+  let main = 0
+  let others = 0
+  for (const tid of Fs.readdirSync(`/proc/${pid}/task`)) {
     try {
-      const ms = cpuOf(statFields(`/proc/${childPid}/task/${tid}/stat`))
-      if (Number(tid) === childPid) childMain = ms
-      else childNative += ms
+      const ms = threadCpu(pid, Number(tid))
+      if (Number(tid) === pid) main = ms
+      else others += ms
     } catch {
       // The thread ended between the listing and the read.
     }
   }
-  const u = process.cpuUsage()
-  return { client: (u.user + u.system) / 1000, host: cpuOf(statFields(`/proc/${hostPid}/stat`)), childMain, childNative }
+  return { main, others }
+}
+
+/** CPU ms of the client, the host, the child's main thread and the child's other threads (the native work). */
+const snapshot = (hostPid: number, childPid: number) => {
+  const child = processCpu(childPid)
+  const host = processCpu(hostPid)
+  const client = processCpu(process.pid)
+  return { client: client.main + client.others, host: host.main + host.others, childMain: child.main, childNative: child.others }
 }
 type Snapshot = ReturnType<typeof snapshot>
 const minus = (a: Snapshot, b: Snapshot): Snapshot => ({
