@@ -2,7 +2,8 @@
  * A development tool: the CPU one engine request costs the host (this process) and the engine
  * child's main thread, per call, over sequential calls: a RenderText of the follow-up's whole
  * ~4,000-word conversation (as a continuation sends three) and a Tokenize of one word (the fixed
- * cost of a request). CPU from process.cpuUsage and /proc schedstat. Run:
+ * cost of a request); and a continued turn's new tokens as the host got them before (three RenderText, two
+ * Tokenize) and now (one RenderContinuation). CPU from process.cpuUsage and /proc schedstat. Run:
  * `NATIVEGEN_MODEL_CACHE=.cache/models UV_THREADPOOL_SIZE=1 node --import tsx bench/_rpc-cost.ts [calls]`.
  */
 import * as Duration from "effect/Duration"
@@ -14,6 +15,7 @@ import * as Path from "node:path"
 import { ensureModel } from "../fixtures/models.js"
 import * as Runtime from "../src/layers/Runtime.js"
 import { NativeWorker } from "../src/services/NativeWorker.js"
+import * as Continuation from "../src/domain/Continuation.js"
 import { followUp, history } from "./peer/Prompts.js"
 
 const N = Number(process.argv[2] ?? 40)
@@ -38,7 +40,22 @@ const program = Effect.gen(function*() {
       console.log(`| ${name} | host ${((hostCpu() - h) / N).toFixed(2)} | child main ${((childMainCpu(pid) - c) / N).toFixed(2)} | wall ${((performance.now() - t) / N).toFixed(2)} |`)
     })
   console.log(`CPU ms per call, ${N} sequential calls; load ${Fs.readFileSync("/proc/loadavg", "utf8").trim()}`)
+  const held = messages.slice(0, -1)
+  const turn = messages.slice(-1)
+  // The continuation's prompt as the host built it before: three renders, then two tokenizations.
+  const before = Effect.gen(function*() {
+    const texts = yield* Effect.all({
+      assistantPrompt: worker.renderText("generation", held.slice(0, -1), true),
+      history: worker.renderText("generation", held, false),
+      full: worker.renderText("generation", messages, true)
+    }, { concurrency: "unbounded" })
+    const parts = Continuation.continuationTexts(texts, held[held.length - 1]!.content)
+    if (typeof parts === "string") return yield* Effect.dieMessage(parts)
+    return yield* Effect.all([worker.tokenize("generation", parts.closing, true), worker.tokenize("generation", parts.turn, true)], { concurrency: "unbounded" })
+  })
   for (let r = 0; r < 2; r++) {
+    yield* measure("continuation prompt before: 3 RenderText + 2 Tokenize, two round trips", before)
+    yield* measure("continuation prompt now: 1 RenderContinuation", worker.renderContinuation("generation", held, turn, {}, {}))
     yield* measure("Tokenize of one word", worker.tokenize("generation", "hello"))
     yield* measure("RenderText of the whole conversation", worker.renderText("generation", messages.slice(0, -1), false))
   }
