@@ -7,9 +7,11 @@
  */
 import * as Schema from "effect/Schema"
 import { DecisionHead, GenerationStop, Lane, LabelDecision, Sampling, TokenCandidate } from "./Inference.js"
+import { TokenArray } from "./TokenArray.js"
 
 export const TokenId = Schema.NonNegativeInt
-export const Tokens = Schema.Array(TokenId)
+/** Token ids: an array in memory, one byte string on the wire (src/domain/TokenArray.ts). */
+export const Tokens = TokenArray
 
 /** A generation at the token level: the prompt as tokens, on one generation sequence (slot). */
 export const TokenGenerateRequest = Schema.Struct({

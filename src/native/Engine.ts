@@ -10,6 +10,7 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
 import type * as Stream from "effect/Stream"
+import * as Continuation from "../domain/Continuation.js"
 import type { EngineError, EngineFailure, RoleNotLoaded } from "../domain/EngineError.js"
 import * as Generation from "./engine/Generation.js"
 import * as Inventory from "./engine/Inventory.js"
@@ -51,6 +52,14 @@ export class Engine extends Context.Tag("nativegen/Engine")<Engine, {
     addGenerationPrompt: boolean,
     inputs?: TemplateInputs
   ) => Effect.Effect<string, EngineError>
+  /** A continued turn's new tokens after the held ones, or why the template does not allow it (Protocol: RenderContinuation). */
+  readonly renderContinuation: (
+    role: Role,
+    history: ReadonlyArray<ChatMessage>,
+    turn: ReadonlyArray<ChatMessage>,
+    inputs: TemplateInputs,
+    turnInputs: TemplateInputs
+  ) => Effect.Effect<{ readonly tokens: ReadonlyArray<number> } | { readonly refused: string }, EngineError>
   readonly saveState: StateFiles.StateFiles["save"]
   readonly restoreState: StateFiles.StateFiles["restore"]
   readonly begin: Generation.Generations["begin"]
@@ -87,6 +96,26 @@ export const make = Effect.fn("Engine.make")(function*(
       Effect.flatMap(residents.resident(role), (r) => Templates.render(role, r, messages, addGenerationPrompt, inputs)),
     renderText: (role, messages, addGenerationPrompt, inputs) =>
       Effect.flatMap(residents.resident(role), (r) => Templates.renderText(role, r, messages, addGenerationPrompt, inputs)),
+    renderContinuation: (role, history, turn, inputs, turnInputs) =>
+      Effect.flatMap(residents.resident(role), (r) =>
+        Effect.gen(function*() {
+          const text = (messages: ReadonlyArray<ChatMessage>, addGenerationPrompt: boolean, i: TemplateInputs) =>
+            Templates.renderText(role, r, messages, addGenerationPrompt, i)
+          const tokenize = (t: string) => residents.tokenize(role, t, true)
+          const parts = Continuation.continuationTexts({
+            assistantPrompt: yield* text(history.slice(0, -1), true, inputs),
+            history: yield* text(history, false, inputs),
+            // Only the new turn's assistant prompt depends on the response format's thinking rule.
+            full: yield* text([...history, ...turn], true, turnInputs)
+          }, history[history.length - 1]!.content)
+          if (typeof parts === "string") {
+            // The template re-renders the assistant message (Qwen3 does, for a turn of tool calls after
+            // the last user message): what follows a probe standing in for the whole message is new.
+            const probed = Continuation.afterProbe(yield* text(Continuation.probeChat(history, turn), true, turnInputs))
+            return probed === undefined ? { refused: parts } : { tokens: yield* tokenize(probed) }
+          }
+          return { tokens: [...(yield* tokenize(parts.closing)), ...(yield* tokenize(parts.turn))] }
+        })),
     saveState: stateFiles.save,
     restoreState: stateFiles.restore,
     begin: generations.begin,

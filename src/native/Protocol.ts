@@ -196,6 +196,17 @@ export class EngineRpcs extends RpcGroup.make(
     success: Schema.String,
     error: EngineError
   }),
+  /**
+   * The tokens a continued turn adds after the held ones (src/domain/Continuation.ts): the
+   * template's close of the last assistant turn and the new turn, found from the renders of
+   * `history` (through its last assistant message) and `turn`, and tokenized, all in the child in
+   * one request; or why the template does not render turns one after another.
+   */
+  Rpc.make("RenderContinuation", {
+    payload: { role: Role, history: Schema.Array(ChatMessage), turn: Schema.Array(ChatMessage), inputs: TemplateInputs, turnInputs: TemplateInputs },
+    success: Schema.Union(Schema.Struct({ tokens: Tokens }), Schema.Struct({ refused: Schema.String })),
+    error: EngineError
+  }),
   /** Writes a generation sequence's KV state (and its tokens) to a file. */
   Rpc.make("SaveState", {
     payload: { sequence: Schema.Int, path: Schema.String },

@@ -75,6 +75,8 @@ const main = Effect.gen(function*() {
     Render: (payload) => typed("render", engine.render(payload.role, payload.messages, payload.addGenerationPrompt, payload)),
     RenderText: (payload) =>
       typed("renderText", engine.renderText(payload.role, payload.messages, payload.addGenerationPrompt, payload)),
+    RenderContinuation: ({ history, inputs, role, turn, turnInputs }) =>
+      typed("renderContinuation", engine.renderContinuation(role, history, turn, inputs, turnInputs)),
     SaveState: ({ path, sequence }) => typed("saveState", engine.saveState(sequence, path)),
     RestoreState: ({ path, sequence }) => typed("restoreState", engine.restoreState(sequence, path)),
     Begin: (request) => typed("begin", engine.begin(request)),

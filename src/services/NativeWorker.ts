@@ -69,6 +69,18 @@ export class NativeWorker extends Context.Tag("nativegen/NativeWorker")<NativeWo
     addGenerationPrompt: boolean,
     inputs?: TemplateInputs
   ) => Effect.Effect<string, WorkerError>
+  /**
+   * A continued turn's new tokens after the held ones (the close of the last assistant turn and
+   * the new turn), rendered and tokenized in the child in one request; or why the template does not
+   * allow it (src/domain/Continuation.ts).
+   */
+  readonly renderContinuation: (
+    role: Role,
+    history: ReadonlyArray<ChatMessage>,
+    turn: ReadonlyArray<ChatMessage>,
+    inputs: TemplateInputs,
+    turnInputs: TemplateInputs
+  ) => Effect.Effect<{ readonly tokens: ReadonlyArray<number> } | { readonly refused: string }, WorkerError>
   /** Saves an idle generation sequence's KV state to a file (in the current child). */
   readonly saveState: (
     sequence: number,
@@ -111,6 +123,8 @@ export const make: Effect.Effect<
       call((i) => i.child.client.Render({ ...inputs, role, messages, addGenerationPrompt })),
     renderText: (role, messages, addGenerationPrompt, inputs) =>
       call((i) => i.child.client.RenderText({ ...inputs, role, messages, addGenerationPrompt })),
+    renderContinuation: (role, history, turn, inputs, turnInputs) =>
+      call((i) => i.child.client.RenderContinuation({ role, history, turn, inputs, turnInputs })),
     // Not retried: a state lives in one child; the caller decides what a lost save means.
     saveState: (sequence, path) =>
       unavailable(supervisor.onReady((i) =>

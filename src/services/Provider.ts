@@ -42,7 +42,7 @@ import type { OpenChannel } from "./ChannelDecoder.js"
 import { type GenerationEvent, NativeWorker, type WorkerReadiness } from "./NativeWorker.js"
 import { Conversations } from "./Conversations.js"
 import { InvalidCheckpoint, type ProviderError } from "./ProviderError.js"
-import * as Continuation from "./provider/Continuation.js"
+import * as Continuation from "../domain/Continuation.js"
 import { outputState } from "./provider/Output.js"
 import * as RecentGenerations from "./provider/RecentGenerations.js"
 import { ValidCountRequest, ValidDecideRequest, ValidGenerateRequest, ValidPrepareRequest } from "../domain/RequestRules.js"
@@ -138,29 +138,11 @@ export const make = Effect.gen(function*() {
       const split = Continuation.splitTurn(request.messages)
       if (split.turn.length === 0) return yield* invalid("messages", request.messages.length, "a continued turn needs a message after the last assistant message")
       const history = split.history.length >= 2 ? split.history : Continuation.standInHistory
-      const assistant = history[history.length - 1]!
-      // Sent together: the child renders them back to back, with no round trip between them.
-      const texts = yield* Effect.all({
-        assistantPrompt: worker.renderText("generation", history.slice(0, -1), true, inputs),
-        history: worker.renderText("generation", history, false, inputs),
-        // Only the new turn's assistant prompt depends on the response format's thinking rule.
-        full: worker.renderText("generation", [...history, ...split.turn], true, turnInputs)
-      }, { concurrency: "unbounded" })
-      const parts = Continuation.continuationTexts(texts, assistant.content)
-      if (typeof parts === "string") {
-        // The template re-renders the assistant message (Qwen3 does, for a turn of tool calls after
-        // the last user message): what follows a probe standing in for the whole message is new.
-        const probed = Continuation.afterProbe(
-          yield* worker.renderText("generation", Continuation.probeChat(history, split.turn), true, turnInputs)
-        )
-        if (probed === undefined) return yield* invalid("messages", conversation, parts)
-        return { tokens: [...tokens, ...(yield* worker.tokenize("generation", probed, true))], continued: true }
-      }
-      const [closing, turn] = yield* Effect.all([
-        worker.tokenize("generation", parts.closing, true),
-        worker.tokenize("generation", parts.turn, true)
-      ], { concurrency: "unbounded" })
-      return { tokens: [...tokens, ...closing, ...turn], continued: true }
+      // One request: the child renders the chat (three times, and a probe where needed) and
+      // tokenizes what is new; neither the texts nor a second round trip cross the boundary.
+      const added = yield* worker.renderContinuation("generation", history, split.turn, inputs, turnInputs)
+      if ("refused" in added) return yield* invalid("messages", conversation, added.refused)
+      return { tokens: [...tokens, ...added.tokens], continued: true }
     })
 
   /** The generation model's channel markers, as the engine reports them for the loaded model. */

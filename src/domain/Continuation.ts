@@ -6,7 +6,7 @@
  * template that renders turns one after another works, and retokenizing the model's output (which
  * need not give back the same tokens) never happens.
  */
-import type { ChatMessage } from "../../domain/Inference.js"
+import type { ChatMessage } from "./Inference.js"
 
 /** History (through the last assistant message) and the new turn after it. */
 export const splitTurn = (messages: ReadonlyArray<ChatMessage>) => {
