@@ -32,6 +32,11 @@ export interface Failpoints {
   readonly invalidReplyAtToken?: number
   /** Send the first score result after warm-up with a value that fails its schema. */
   readonly invalidScoreReply?: true
+  /**
+   * Wait N ms before each prefill call (a slow engine: a big model or a busy machine), so that a
+   * cancel's trip from the host is short against one call, as it is on a real model.
+   */
+  readonly slowPrefillCallMs?: number
 }
 
 const numeric = new Set([
@@ -41,7 +46,8 @@ const numeric = new Set([
   "oversizedFrameAfterTokens",
   "partialFrameAfterTokens",
   "slowLoadSteps",
-  "invalidReplyAtToken"
+  "invalidReplyAtToken",
+  "slowPrefillCallMs"
 ])
 const flags = new Set(["crashDuringLoad", "failScore", "hangScore", "hangDuringLoad", "invalidScoreReply"])
 

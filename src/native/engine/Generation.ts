@@ -345,6 +345,7 @@ export const make = (
               : Math.min(last, g.prefilled + options.batchSize)
             do {
               const end = callEnd(g, g.prefilled, last)
+              if (failpoints?.slowPrefillCallMs !== undefined) await new Promise((resume) => setTimeout(resume, failpoints.slowPrefillCallMs))
               await g.sequence.evaluateWithoutGeneratingNewTokens(g.prompt.slice(g.prefilled, end) as Array<Token>)
               g.prefilled = end
             } while (g.prefilled < stepEnd && !stop.requested && generations.get(g.id) === g && !contended(g.lane))
