@@ -22,12 +22,21 @@ export const testChild = {
 } as const
 
 /**
+ * The host's whole environment, for diagnostics on the device (NATIVEGEN_TEST_CHILD_INHERIT_ALL=1):
+ * a tool that works through the environment (LD_PRELOAD, compute-sanitizer's injection) reaches
+ * the engine children, which otherwise inherit only the names ChildEnvironment lists.
+ */
+const wholeHostEnvironment = (): Record<string, string> =>
+  Object.fromEntries(Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined))
+
+/**
  * This test run's marker (set by globalSetup), passed to engine children explicitly: they do not
  * inherit the host's environment, and globalSetup finds leftover children by it.
  */
-export const testRunEnv: Record<string, string> = process.env.NATIVEGEN_TEST_RUN === undefined
-  ? {}
-  : { NATIVEGEN_TEST_RUN: process.env.NATIVEGEN_TEST_RUN }
+export const testRunEnv: Record<string, string> = {
+  ...(process.env.NATIVEGEN_TEST_CHILD_INHERIT_ALL === "1" ? wholeHostEnvironment() : {}),
+  ...(process.env.NATIVEGEN_TEST_RUN === undefined ? {} : { NATIVEGEN_TEST_RUN: process.env.NATIVEGEN_TEST_RUN })
+}
 
 /**
  * A worker with tiny as the generation model and decision as the decision model, small contexts.
