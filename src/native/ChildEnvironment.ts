@@ -75,22 +75,10 @@ const withoutGraphsOffByZero = (env: Record<string, string>): Record<string, str
 }
 
 /**
- * With CUDA graphs on, llama.cpp's graph reuse off (LLAMA_GRAPH_REUSE_DISABLE=1) unless the
- * environment already says: a reused llama graph keeps its ggml graph id, and ggml-cuda then
- * replays its captured CUDA graph without comparing the nodes (ggml_cuda_graph_update_required),
- * which aborted children ("an illegal instruction was encountered") when a prefill was cancelled
- * or preempted between chunks (docs/gpu.md). Without reuse every step's graph is compared.
- */
-const reuseSwitch = "LLAMA_GRAPH_REUSE_DISABLE"
-const withoutReuseUnderGraphs = (env: Record<string, string>, backend: ChildSettings["backend"]): Record<string, string> =>
-  backend !== "cuda" || graphsSwitch in env || reuseSwitch in env ? env : { ...env, [reuseSwitch]: "1" }
-
-/**
  * The child's environment: the backend's defaults, then the inherited part of `host` (a driver
  * variable the operator set, e.g. GGML_CUDA_DISABLE_GRAPHS=0, wins over the default), then
  * `childEnv` (which may add or replace variables), then the settings and `fixed` (which
- * `childEnv` cannot override). GGML_CUDA_DISABLE_GRAPHS=0 leaves the variable out (graphs on),
- * and graphs on bring llama.cpp's graph reuse off unless LLAMA_GRAPH_REUSE_DISABLE is set.
+ * `childEnv` cannot override). GGML_CUDA_DISABLE_GRAPHS=0 leaves the variable out (graphs on).
  */
 export const childEnvironment = (
   host: Readonly<Record<string, string | undefined>>,
@@ -101,11 +89,11 @@ export const childEnvironment = (
   const inherited = Object.entries(host).filter((entry): entry is [string, string] =>
     entry[1] !== undefined && isInherited(entry[0])
   )
-  return withoutReuseUnderGraphs(withoutGraphsOffByZero({
+  return withoutGraphsOffByZero({
     ...backendDefaults(settings.backend),
     ...Object.fromEntries(inherited),
     ...childEnv,
     ...childSettingsToEnv(settings),
     ...fixed
-  }), settings.backend)
+  })
 }
