@@ -30,6 +30,12 @@ const wholeHostEnvironment = (): Record<string, string> =>
   Object.fromEntries(Object.entries(process.env).filter((entry): entry is [string, string] => entry[1] !== undefined))
 
 /**
+ * The prefill chunk of the tests' workers: 128 tokens, or NATIVEGEN_TEST_PREFILL_CHUNK (device
+ * diagnostics: the suites with a GPU's default chunk; cases that count chunks then fail).
+ */
+export const testPrefillChunk = Number(process.env.NATIVEGEN_TEST_PREFILL_CHUNK ?? 128)
+
+/**
  * This test run's marker (set by globalSetup), passed to engine children explicitly: they do not
  * inherit the host's environment, and globalSetup finds leftover children by it.
  */
@@ -56,7 +62,7 @@ export const workerLayer = (
           generation: { modelPath: ensureModel("tiny"), contextSize: 4096, sequences: 2 },
           decision: { modelPath: ensureModel("decision"), contextSize: 1024 }
         },
-        prefillChunk: 128,
+        prefillChunk: testPrefillChunk,
         stopTimeout: Duration.seconds(3),
         ...overrides,
         childEnv: { ...testRunEnv, ...overrides.childEnv }
@@ -78,7 +84,7 @@ export const runtimeLayer = (
       admission: { contextCap: { generation: 4096, decision: 1024 }, workspaceReservationBytes: 64 * 1024 * 1024, ...options.admission },
       worker: {
         child: testChild,
-        prefillChunk: 128,
+        prefillChunk: testPrefillChunk,
         stopTimeout: Duration.seconds(3),
         ...options.worker,
         childEnv: { ...testRunEnv, ...options.worker?.childEnv }
