@@ -8,12 +8,11 @@
 run() { # name, seconds, then env assignments
   local name=$1 limit=$2; shift 2
   ( export NATIVEGEN_TEST_ENGINE_BACKEND=cuda GGML_CUDA_DISABLE_GRAPHS=0 "$@"
-    timeout "$limit" node node_modules/vitest/vitest.mjs run test/native-worker.test.ts test/supervision.test.ts test/provider/conversations.test.ts test/provider/tools.test.ts --reporter=verbose ) > "$OUT/suites-$name.log" 2>&1
+    timeout "$limit" node node_modules/vitest/vitest.mjs run ${FILES:-test/native-worker.test.ts test/supervision.test.ts test/provider/conversations.test.ts test/provider/tools.test.ts} --reporter=verbose ) > "$OUT/suites-$name.log" 2>&1
   echo "rc=$?" >> "$OUT/suites-$name.log"
   log "suites $name: $(grep -c 'illegal instruction' "$OUT/suites-$name.log") illegal-instruction lines; $(grep -c 'SIGABRT' "$OUT/suites-$name.log") SIGABRT lines; $(grep -E '^ +Tests ' "$OUT/suites-$name.log")"
   grep -E "×" "$OUT/suites-$name.log" | head -12
 }
-run chunk512 200 NATIVEGEN_TEST_PREFILL_CHUNK=512
-run chunk2048 200 NATIVEGEN_TEST_PREFILL_CHUNK=2048
+for c in ${CHUNKS:-512}; do run chunk$c ${LIMIT:-200} NATIVEGEN_TEST_PREFILL_CHUNK=$c; done
 log done
 ( cd "$OUT" && tar czf logs.tar.gz --remove-files $(ls | grep -v '^logs.tar.gz$') )
