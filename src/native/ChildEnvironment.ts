@@ -55,8 +55,9 @@ export const isInherited = (name: string): boolean =>
 /**
  * Driver settings a backend needs in its children, before `childEnv` (which may change them).
  * CUDA: ggml's CUDA graphs off. With them on, a CUDA build for sm_90 on an H200 aborted with
- * "an illegal instruction was encountered" in ggml_cuda_graph_evaluate_and_capture when a prefill
- * was cancelled or preempted between chunks (docs/gpu.md); with them off the same suites pass.
+ * "an illegal instruction was encountered" whenever ggml captured a graph of a multi-token batch
+ * (two consecutive calls of the same shape in the same KV window: 64- and 128-token prefill chunks
+ * abort, 256 and more do not; docs/gpu.md); with them off the same suites pass.
  */
 export const backendDefaults = (backend: ChildSettings["backend"]): Readonly<Record<string, string>> =>
   backend === "cuda" ? { GGML_CUDA_DISABLE_GRAPHS: "1" } : {}
