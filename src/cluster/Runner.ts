@@ -60,7 +60,7 @@ export const defaultDrain = Duration.seconds(30)
 /** Sharding of this runner with its transport, storage (and its SQL client) and health check. */
 export const layerSharding = (
   settings: RunnerSettings
-): Layer.Layer<Sharding | Runners.Runners | RunnerStorage | SqlClient, SqlError | SocketServer.SocketServerError> => {
+): Layer.Layer<Sharding | Runners.Runners | RunnerStorage | SqlClient | Storage.StartUp, SqlError | Storage.StorageBusy | SocketServer.SocketServerError> => {
   const timing = Health.timing(settings.detection)
   const base = Layer.mergeAll(
     ShardingConfig.layer({
@@ -106,7 +106,7 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
 export const layer = (
   settings: RunnerSettings
-): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider | Conversations> => {
+): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | Storage.StorageBusy | SocketServer.SocketServerError, Provider | Conversations> => {
   // One Drain for the entities and the load answers: a stopping runner lets its streams end first.
   const drain = Drain.layer(settings.drain ?? defaultDrain)
   return Layer.mergeAll(
