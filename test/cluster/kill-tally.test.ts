@@ -177,7 +177,7 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
           Effect.map(Effect.orDie(Status.snapshot), (s) => ({ snapshot: s, shards: [...(s.shards ?? [])].filter(([, a]) => a === member.stored).map(([shard]) => shard) }))
         const restarts = new Map<Member, Fiber.RuntimeFiber<void>>()
         const probes: Array<string> = []
-        const kills: Array<{ victim: string; midStream: boolean; movedMillis: number; servedAgainMillis: number; restartWaitMillis: number }> = []
+        const kills: Array<{ victim: string; midStream: boolean; movedMillis: number; servedAgainMillis: number; restartWaitMillis: number; killReturnedMillis: number }> = []
 
         for (let k = 0; k < KILLS; k++) {
           const victim = k % 2 === 0 ? r2 : r3
@@ -204,8 +204,10 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
           yield* Effect.sleep(Duration.millis(yield* Random.nextIntBetween(0, 40)))
           const [probe] = yield* idsOwnedBy(snapshot, victim, 1, `probe${k}`)
           const probeShard = yield* Status.shardOf(probe!)
-          yield* victim.kill
+          // Times are taken from the SIGKILL; the kill returns once the process is reaped and its client closed.
           const killedAt = performance.now()
+          yield* victim.kill
+          const killReturnedMillis = performance.now() - killedAt
           // When the probe's shard is locked by another runner (read from the storage every 100 ms).
           const moved = yield* Effect.orDie(Status.snapshot).pipe(
             Effect.flatMap((s) => {
@@ -231,7 +233,8 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
             : Option.match(Cause.failureOption(served.cause), { onNone: () => "defect", onSome: (e) => e._tag })
           probes.push(probeEnd)
           const movedMillis = Option.getOrElse(yield* Fiber.join(moved), () => Infinity)
-          if (first === undefined || first - killedAt > 2 * DETECTION * 1000 + SERVE_ALLOWANCE_MILLIS || probeEnd === "defect" || probeEnd === "TimeoutException") {
+          // Logged from one detection time on (within the bound too): the stalls to explain (docs/cluster.md, Open problems).
+          if (first === undefined || first - killedAt > DETECTION * 1000 || probeEnd === "defect" || probeEnd === "TimeoutException") {
             const now = yield* Effect.orDie(Status.snapshot)
             yield* Effect.logInfo(
               `kill ${k}: probe ${probe} (shard ${yield* Status.shardOf(probe!)}) ${first === undefined ? "not served" : `served late (${(first - killedAt).toFixed(0)} ms)`}; storage now: ${JSON.stringify(now.runners)} ` +
@@ -240,7 +243,7 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
           }
           assert.isDefined(first, `kill ${k}: the probe turn was not served: ${Exit.isFailure(served) ? Cause.pretty(served.cause) : ""}`)
           assert.notInclude(["defect", "TimeoutException"], probeEnd, `kill ${k}: the probe turn`)
-          kills.push({ victim: victim.name, midStream: streaming, movedMillis, servedAgainMillis: (first ?? performance.now()) - killedAt, restartWaitMillis })
+          kills.push({ victim: victim.name, midStream: streaming, movedMillis, servedAgainMillis: (first ?? performance.now()) - killedAt, restartWaitMillis, killReturnedMillis })
         }
 
         stopping = true
@@ -264,7 +267,8 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
           `max ${Math.max(...moves).toFixed(0)} ms (detection ${DETECTION} s, bound ${2 * DETECTION} s)`,
           ...kills.map((k, i) =>
             `kill ${i} ${k.victim}: ${k.midStream ? "mid-stream" : "no stream seen"}, shard moved ${k.movedMillis.toFixed(0)} ms, ` +
-            `served again ${k.servedAgainMillis.toFixed(0)} ms, waited ${k.restartWaitMillis.toFixed(0)} ms for it to be back`
+            `served again ${k.servedAgainMillis.toFixed(0)} ms, waited ${k.restartWaitMillis.toFixed(0)} ms for it to be back, ` +
+            `the kill returned after ${k.killReturnedMillis.toFixed(0)} ms`
           ),
           ...outcomes.filter((o) => o.ended !== "served").map((o) => `request ${o.request} (${o.conversation}${o.followUp ? ", follow-up" : ""}): ${o.ended} after ${o.tokens.length} tokens: ${o.detail ?? ""}`)
         ].join("\n"))
