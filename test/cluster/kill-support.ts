@@ -1,9 +1,9 @@
 /**
  * A cluster of real `nativegen serve --cluster` processes whose runners can be SIGKILLed and
  * started again (same home, store, runner socket and public socket), for the runner-death tests
- * (kill.test.ts) and `npm run bench cluster-kill`. Each runner is its own process group (its engine
- * child included): a kill takes the whole machine's share of the cluster down at once, as a
- * crash of the host would. One runner storage for all: a SQLite file, or a database of its own on
+ * (kill.test.ts) and `npm run bench cluster-kill`. Each runner is its own process group, its engine
+ * child another (the runtime spawns it detached): a kill SIGKILLs both groups at once, taking the
+ * whole machine's share of the cluster down as a crash of the host would. One runner storage for all: a SQLite file, or a database of its own on
  * the PostgreSQL server in NATIVEGEN_TEST_POSTGRES (`storage: "postgres"`); Unix sockets only.
  */
 import { assert } from "@effect/vitest"
@@ -34,7 +34,7 @@ export interface Member {
   readonly server: () => Server | undefined
   /** A client on its public socket (only while it runs). */
   readonly provider: () => Provider["Type"]
-  /** SIGKILL to its process group (the runner and its engine child); returns when it is gone. */
+  /** SIGKILL to its process group and its engine child's; returns when both are gone. */
   readonly kill: Effect.Effect<void>
   /** Starts it again (same home and sockets) and waits until it is ready. */
   readonly start: Effect.Effect<void>
@@ -106,12 +106,17 @@ export const layer = (options: ClusterOptions) =>
           const kill = Effect.gen(function*() {
             const running = server
             if (running === undefined) return
+            // The engine child is a process group of its own (spawned detached): killed with the runner's,
+            // as a crash of the host would. Killing the runner's group alone left the engine to notice its
+            // host was gone and leave 2 s later; the kill returned only then (its stdout is the runner's).
             yield* Effect.sync(() => {
-              try {
-                process.kill(-running.pid, "SIGKILL")
-              } catch {}
+              for (const group of [running.pid, running.enginePid]) {
+                try {
+                  process.kill(-group, "SIGKILL")
+                } catch {}
+              }
             })
-            // Gone when the group's leader is reaped (its 'close' event): the scope's release sees it exited.
+            // Gone when the runner is reaped and its output closed (its 'close' event): the scope's release sees it exited.
             yield* stop
           })
           const member: Member = {
