@@ -137,7 +137,7 @@ export const layer = (options: ClusterOptions) =>
 
 /** The client-only Sharding (for conversations' shards) and the SQL client over the cluster's storage. */
 export const viewLayer = Layer.unwrapEffect(
-  Effect.map(KillCluster, ({ shards, storage }) => Runner.layerClientOnly({ storage, shards }))
+  Effect.map(KillCluster, ({ detection, shards, storage }) => Runner.layerClientOnly({ storage, shards, detection: `${detection} seconds` }))
 )
 
 /** The runner (stored address) holding each conversation's shard now, read from the shard locks. */
