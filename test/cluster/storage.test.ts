@@ -200,6 +200,9 @@ const lockHolder = (file: string) =>
         `const c = createClient({ url: ${JSON.stringify(`file:${file}`)} })`,
         "await c.execute('BEGIN IMMEDIATE')",
         `await c.execute("UPDATE ${Storage.tablePrefix}_runners SET healthy = healthy")`,
+        // Kept reachable: a client nothing refers to is collected at the child's first full GC (an idle
+        // process has one some seconds after start), closing its connection and so ending the transaction.
+        "globalThis.holder = c",
         "console.log('holding')",
         "setInterval(() => {}, 60_000)"
       ].join("\n")
@@ -337,6 +340,7 @@ const releasableLockHolder = (file: string) =>
           "await c.execute('CREATE TABLE IF NOT EXISTS lock_holder (x INTEGER)')",
           "await c.execute('BEGIN IMMEDIATE')",
           "await c.execute('INSERT INTO lock_holder VALUES (1)')",
+          "globalThis.holder = c", // as in lockHolder: reachable, or the first full GC ends the transaction
           "console.log('holding')",
           "process.stdin.once('data', async () => { await c.execute('COMMIT'); console.log('released') })"
         ].join("\n")
