@@ -12,7 +12,7 @@ import * as Effect from "effect/Effect"
 import * as FiberSet from "effect/FiberSet"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import { retryStart, tablePrefix } from "./Storage.js"
+import { atStart, type StartUp, type StorageBusy, tablePrefix } from "./Storage.js"
 
 export const table = `${tablePrefix}_conversations`
 
@@ -22,15 +22,20 @@ export class Placement extends Context.Tag("nativegen/cluster/Placement")<Placem
 }>() {}
 
 /**
- * Creates the table when missing (retried while another runner creates it), in a transaction:
- * see Load.createTable for why.
+ * Creates the table when missing (`Storage.atStart`: retried while another runner writes or
+ * creates it). Outside a transaction: `CREATE TABLE IF NOT EXISTS` of a table that exists takes no
+ * write lock, so a runner restarting while others write starts without waiting for them (a
+ * transaction's BEGIN IMMEDIATE took the lock at every start: the runner that gave up after 15 s
+ * of SQLITE_BUSY in CI). A statement that fails closes its connection (Storage.sharedConnection).
  */
-export const createTable: Effect.Effect<void, SqlError, SqlClient.SqlClient> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-  sql.withTransaction(sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+export const createTable: Effect.Effect<void, SqlError | StorageBusy, SqlClient.SqlClient | StartUp> = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) =>
+    atStart(sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
     conversation TEXT PRIMARY KEY,
     address TEXT NOT NULL,
     updated_at TEXT NOT NULL
-  )`).pipe(Effect.retry(retryStart))
+  )`)
 ).pipe(Effect.asVoid)
 
 /** The address as the runner storage writes it (`HOST:PORT`, `PATH:0`). */
@@ -57,7 +62,7 @@ export const make = (address: RunnerAddress) =>
     return Placement.of({ record: (conversation) => FiberSet.run(writes, write(conversation)).pipe(Effect.asVoid) })
   })
 
-export const layer = (address: RunnerAddress): Layer.Layer<Placement, SqlError, SqlClient.SqlClient> =>
+export const layer = (address: RunnerAddress): Layer.Layer<Placement, SqlError | StorageBusy, SqlClient.SqlClient | StartUp> =>
   Layer.scoped(Placement, make(address))
 
 /** Placements as recorded, most recent first. */

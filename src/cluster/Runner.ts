@@ -60,7 +60,7 @@ export const defaultDrain = Duration.seconds(30)
 /** Sharding of this runner with its transport, storage (and its SQL client) and health check. */
 export const layerSharding = (
   settings: RunnerSettings
-): Layer.Layer<Sharding | Runners.Runners | RunnerStorage | SqlClient, SqlError | SocketServer.SocketServerError> => {
+): Layer.Layer<Sharding | Runners.Runners | RunnerStorage | SqlClient | Storage.StartUp, SqlError | Storage.StorageBusy | SocketServer.SocketServerError> => {
   const timing = Health.timing(settings.detection)
   const base = Layer.mergeAll(
     ShardingConfig.layer({
@@ -92,7 +92,12 @@ export const layerSharding = (
  * A Sharding that is no runner (it serves no entity and takes no shards): for tools that look at
  * the cluster (`cluster status`, tests) through the same storage, with its SQL client.
  */
-export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shards">) =>
+export const layerClientOnly = (
+  settings: Pick<RunnerSettings, "storage" | "shards"> & {
+    /** The runners' detection time, where known: `Status` then counts the runners Sharding counts (default: the package's 35 s lock expiry). */
+    readonly detection?: Duration.DurationInput | undefined
+  }
+) =>
   SocketRunner.layerClientOnly.pipe(
     Layer.provideMerge(Storage.layer(settings.storage)),
     Layer.provide(Layer.mergeAll(
@@ -100,13 +105,17 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
       Transport.layerClientProtocol
     ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack))),
     // Kept in the output: `Status.snapshot` reads the shard count from it.
-    Layer.provideMerge(ShardingConfig.layer({ runnerAddress: Option.none(), shardsPerGroup: settings.shards }))
+    Layer.provideMerge(ShardingConfig.layer({
+      runnerAddress: Option.none(),
+      shardsPerGroup: settings.shards,
+      ...(settings.detection === undefined ? {} : Health.timing(settings.detection).config)
+    }))
   )
 
 /** The runner over a runtime: its output Provider is the routing one; the local Provider is its input. */
 export const layer = (
   settings: RunnerSettings
-): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider | Conversations> => {
+): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | Storage.StorageBusy | SocketServer.SocketServerError, Provider | Conversations> => {
   // One Drain for the entities and the load answers: a stopping runner lets its streams end first.
   const drain = Drain.layer(settings.drain ?? defaultDrain)
   return Layer.mergeAll(

@@ -19,23 +19,22 @@ import * as Option from "effect/Option"
 import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import { KeyedTurn, KeyedTurns, MAX_KEYS } from "../http/KeyedConversations.js"
-import { retryStart, tablePrefix } from "./Storage.js"
+import { atStart, type StartUp, type StorageBusy, tablePrefix } from "./Storage.js"
 
 export const table = `${tablePrefix}_http_keys`
 
 /** Keys the cluster remembers at once: a single server's bound for each of up to 8 runners. */
 export const maxKeys = MAX_KEYS * 8
 
-/** Creates the table when missing (retried while another runner creates it). */
-export const createTable: Effect.Effect<void, SqlError, SqlClient.SqlClient> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-  sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
+/** Creates the table when missing (`Storage.atStart`: retried while another runner writes or creates it). */
+export const createTable: Effect.Effect<void, SqlError | StorageBusy, SqlClient.SqlClient | StartUp> = Effect.flatMap(SqlClient.SqlClient, (sql) =>
+  atStart(sql`CREATE TABLE IF NOT EXISTS ${sql(table)} (
     key TEXT PRIMARY KEY,
     turn TEXT NOT NULL,
     updated_at TEXT NOT NULL
   )`.pipe(
-    Effect.zipRight(sql`CREATE INDEX IF NOT EXISTS ${sql(`${table}_updated`)} ON ${sql(table)} (updated_at)`),
-    Effect.retry(retryStart)
-  )
+    Effect.zipRight(sql`CREATE INDEX IF NOT EXISTS ${sql(`${table}_updated`)} ON ${sql(table)} (updated_at)`)
+  ))
 ).pipe(Effect.asVoid)
 
 const TurnJson = Schema.parseJson(KeyedTurn)
@@ -92,4 +91,4 @@ export const make = (options: { readonly maxKeys?: number } = {}) =>
   })
 
 /** The cluster-wide keys over the runner storage's SQL client, for the HTTP APIs of this runner. */
-export const layer: Layer.Layer<KeyedTurns, SqlError, SqlClient.SqlClient> = Layer.scoped(KeyedTurns, make())
+export const layer: Layer.Layer<KeyedTurns, SqlError | StorageBusy, SqlClient.SqlClient | StartUp> = Layer.scoped(KeyedTurns, make())

@@ -19,6 +19,7 @@ import { Sharding } from "@effect/cluster/Sharding"
 import { ShardingConfig } from "@effect/cluster/ShardingConfig"
 import * as SqlClient from "@effect/sql/SqlClient"
 import type { SqlError } from "@effect/sql/SqlError"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
 import { Conversation } from "./ConversationEntity.js"
@@ -95,6 +96,25 @@ interface RunnerSqlRow {
   readonly last_heartbeat: string | Date
 }
 
+const heartbeatMillis = (value: string | Date) => value instanceof Date ? value.getTime() : Date.parse(String(value).replace(" ", "T"))
+
+/**
+ * The runners Sharding assigns shards to: healthy, and with a heartbeat younger than the lock
+ * expiry (SqlRunnerStorage lists no others). A SIGKILLed runner keeps its row, often still marked
+ * healthy (its heartbeat went stale before the health check marked it): counted, it took a share
+ * of the assignment and the live runners' sessions were named after the wrong runner (a restarted
+ * runner was shown holding nothing; the PostgreSQL kill tally waited 90 s for it and failed). Ages
+ * are taken against the newest heartbeat (all written by the storage's own clock).
+ */
+export const liveRunners = <R extends { readonly healthy: number | boolean; readonly last_heartbeat: string | Date }>(
+  rows: ReadonlyArray<R>,
+  lockExpirationMillis: number
+): ReadonlyArray<R> => {
+  const beats = rows.map((r) => heartbeatMillis(r.last_heartbeat))
+  const newest = Math.max(...beats.filter((b) => !Number.isNaN(b)))
+  return rows.filter((r, i) => Boolean(r.healthy) && !(newest - beats[i]! > lockExpirationMillis))
+}
+
 /**
  * PostgreSQL's granted advisory locks of this database that are shard locks, named by runner
  * (see the module header); undefined where the shard count is unknown (no ShardingConfig).
@@ -114,7 +134,8 @@ const advisoryShards = (rows: ReadonlyArray<RunnerSqlRow>) =>
       if (shard === undefined || Number(shard.slice(shard.indexOf(":") + 1)) > config.value.shardsPerGroup) continue
       held.set(lock.pid, (held.get(lock.pid) ?? new Set()).add(shard))
     }
-    const runners = rows.map((r) => [ClusterRunner.Runner.decodeSync(r.runner), Boolean(r.healthy)] as const)
+    const live = liveRunners(rows, Duration.toMillis(Duration.decode(config.value.shardLockExpiration)))
+    const runners = live.map((r) => [ClusterRunner.Runner.decodeSync(r.runner), true] as const)
     const assigned = new Map<string, Set<string>>()
     for (const group of shardGroups) {
       const owners = assignments(runners, group, config.value.shardsPerGroup) ?? []

@@ -8,15 +8,25 @@
  * also keeps transactions on one connection instead of libsql's new one each time), and every
  * runner-storage call is retried a few times with jittered backoff (also on PostgreSQL, where it
  * costs nothing when nothing fails). The connections are closed with the layer's scope.
+ *
+ * Every statement a runner runs at start (the WAL switch, the tables: @effect/cluster's and ours)
+ * goes through `StartUp`, provided with the SQL client: on SQLITE_BUSY it is retried with jittered
+ * backoff for up to `startWait`, then fails with `StorageBusy` naming the storage and the wait.
  */
 import * as RunnerStorage from "@effect/cluster/RunnerStorage"
 import * as SqlRunnerStorage from "@effect/cluster/SqlRunnerStorage"
 import type * as ShardingConfig from "@effect/cluster/ShardingConfig"
 import * as SqlClient from "@effect/sql/SqlClient"
 import { SqlError } from "@effect/sql/SqlError"
+import * as Clock from "effect/Clock"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
+import * as Either from "effect/Either"
 import * as Layer from "effect/Layer"
-import type { StorageSpec } from "./StorageSpec.js"
+import * as Random from "effect/Random"
+import { describeStorage, type StorageSpec } from "./StorageSpec.js"
 import * as Schedule from "effect/Schedule"
 import type * as Libsql from "@libsql/client"
 import * as Fs from "node:fs"
@@ -27,14 +37,89 @@ export { describeStorage, InvalidStorage, parseStorage, type StorageSpec } from 
 const retryBusy = Schedule.exponential("10 millis").pipe(Schedule.jittered, Schedule.intersect(Schedule.recurs(6)))
 
 /**
- * At start, runners starting together all create the tables and switch the file to WAL; on a
- * loaded machine one may hold the write lock for a while: keep trying for up to 15 s.
+ * A statement's retries for up to 15 s, whatever its failure (a table created on first use,
+ * Transcripts; at start, `StartUp` retries other failures so, and SQLITE_BUSY longer).
  */
 export const retryStart = Schedule.exponential("20 millis").pipe(
   Schedule.jittered,
   Schedule.union(Schedule.spaced("500 millis")),
   Schedule.upTo("15 seconds")
 )
+
+/**
+ * How long a start-up statement keeps trying while another process holds the SQLite write lock.
+ * A write holds it for milliseconds; runners starting or restarting together on a loaded machine
+ * hold it in turns for much longer (the last CI run: a runner gave up after 15 s and exited).
+ */
+export const startWait = Duration.seconds(60)
+
+/** How long a start-up statement keeps trying on any other failure (a server still starting, a catalog race). */
+export const startOtherWait = Duration.seconds(15)
+
+/** A runner's start gave up: another process kept the storage's write lock for the whole wait. */
+export class StorageBusy extends Data.TaggedError("StorageBusy")<{
+  /** The storage, as logs show it (`sqlite /path/cluster.db`). */
+  readonly storage: string
+  /** How long the statement kept trying, in milliseconds. */
+  readonly waitedMillis: number
+  /** The bound it gave up at, in milliseconds. */
+  readonly limitMillis: number
+  /** The driver's last failure (SQLITE_BUSY). */
+  readonly cause: unknown
+}> {
+  override get message() {
+    return `runner storage ${this.storage}: the database stayed locked by another process (SQLITE_BUSY) for ` +
+      `${(this.waitedMillis / 1000).toFixed(1)} s at start (limit ${(this.limitMillis / 1000).toFixed(0)} s); not started`
+  }
+}
+
+/**
+ * Runs a start-up statement until it succeeds: on SQLITE_BUSY (another runner writing) with jittered
+ * exponential backoff (20 ms, doubling, at most 500 ms apart) for up to `wait`, then `StorageBusy`;
+ * on any other failure for up to `startOtherWait` (then that failure). Interruptible while it waits.
+ */
+export const retryingAtStart = (storage: string, wait: Duration.DurationInput = startWait) =>
+<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | StorageBusy, R> =>
+  Effect.gen(function*() {
+    const started = yield* Clock.currentTimeMillis
+    const busyLimit = Duration.toMillis(Duration.decode(wait))
+    const otherLimit = Duration.toMillis(startOtherWait)
+    for (let delay = 20;; delay = Math.min(delay * 2, 500)) {
+      const result = yield* Effect.either(effect)
+      if (Either.isRight(result)) return result.right
+      const waited = (yield* Clock.currentTimeMillis) - started
+      if (isBusy(result.left)) {
+        if (waited >= busyLimit) {
+          return yield* new StorageBusy({ storage, waitedMillis: waited, limitMillis: busyLimit, cause: result.left })
+        }
+      } else if (waited >= otherLimit) {
+        return yield* Effect.fail(result.left)
+      }
+      const jittered = delay * (0.5 + (yield* Random.next))
+      yield* Effect.sleep(Duration.millis(Math.min(jittered, Math.max(0, (isBusy(result.left) ? busyLimit : otherLimit) - waited))))
+    }
+  })
+
+/**
+ * How a runner runs its start-up statements (`retryingAtStart` over its storage), provided with its
+ * SQL client so that every module creating a table at start (SqlRunnerStorage, Placement,
+ * SharedKeys) retries the same way and names the same storage when it gives up.
+ */
+export class StartUp extends Context.Tag("nativegen/cluster/StartUp")<StartUp, {
+  /** The storage, as logs show it. */
+  readonly storage: string
+  readonly run: <A, E, R>(effect: Effect.Effect<A, E, R>) => Effect.Effect<A, E | StorageBusy, R>
+}>() {}
+
+/** The start-up retry over `spec`; `wait`: how long SQLITE_BUSY is retried (default `startWait`). */
+export const startUp = (spec: StorageSpec, wait: Duration.DurationInput = startWait): StartUp["Type"] => {
+  const storage = describeStorage(spec)
+  return StartUp.of({ storage, run: retryingAtStart(storage, wait) })
+}
+
+/** Runs a start-up statement with the runner's `StartUp`. */
+export const atStart = <A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, E | StorageBusy, R | StartUp> =>
+  Effect.flatMap(StartUp, (startUp) => startUp.run(effect))
 
 /** Each call retried on a persistence failure (a concurrent writer), then failing as before. */
 const retrying = (storage: RunnerStorage.RunnerStorage["Type"]): RunnerStorage.RunnerStorage["Type"] => {
@@ -51,17 +136,25 @@ const retrying = (storage: RunnerStorage.RunnerStorage["Type"]): RunnerStorage.R
   })
 }
 
-/** The SQL client of a storage spec. SQLite files are switched to WAL (readers never wait for a writer). */
-export const layerSqlClient = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClient, SqlError> =>
+/**
+ * The SQL client of a storage spec, with the runner's `StartUp` over it. SQLite files are switched
+ * to WAL (readers never wait for a writer). `startWait`: how long a start-up statement retries
+ * SQLITE_BUSY (default `startWait`).
+ */
+export const layerSqlClient = (
+  spec: StorageSpec,
+  options: { readonly startWait?: Duration.DurationInput } = {}
+): Layer.Layer<SqlClient.SqlClient | StartUp, SqlError | StorageBusy> =>
+  Layer.provideMerge(layerSqlClientOnly(spec), Layer.succeed(StartUp, startUp(spec, options.startWait)))
+
+const layerSqlClientOnly = (spec: StorageSpec): Layer.Layer<SqlClient.SqlClient, SqlError | StorageBusy, StartUp> =>
   spec._tag === "Postgres"
     ? Layer.unwrapEffect(Effect.promise(() => import("@effect/sql-pg/PgClient")).pipe(
       Effect.map((PgClient) => PgClient.layer({ url: spec.url, applicationName: "nativegen-runner" }))
     ))
     : Layer.unwrapEffect(Effect.promise(() => Promise.all([import("@effect/sql-libsql/LibsqlClient"), import("@libsql/client")])).pipe(
       Effect.map(([LibsqlClient, Libsql]) => {
-        const wal = Layer.effectDiscard(Effect.flatMap(SqlClient.SqlClient, (sql) =>
-          Effect.retry(sql`PRAGMA journal_mode = WAL`, retryStart)
-        ))
+        const wal = Layer.effectDiscard(Effect.flatMap(SqlClient.SqlClient, (sql) => atStart(sql`PRAGMA journal_mode = WAL`)))
         const live = Effect.acquireRelease(
           Effect.sync(() => {
             Fs.mkdirSync(Path.dirname(spec.file), { recursive: true })
@@ -291,13 +384,14 @@ export const withCause = <E>(error: E): E | SqlError => {
 export const tablePrefix = "nativegen_cluster"
 
 /**
- * The runner storage over `spec`, with its SQL client; its tables are created when missing
- * (retried while another runner creates them).
+ * The runner storage over `spec`, with its SQL client and `StartUp`; its tables are created when
+ * missing (`atStart`: retried while another runner writes or creates them).
  */
 export const layer = (
-  spec: StorageSpec
-): Layer.Layer<RunnerStorage.RunnerStorage | SqlClient.SqlClient, SqlError, ShardingConfig.ShardingConfig> =>
+  spec: StorageSpec,
+  options: { readonly startWait?: Duration.DurationInput } = {}
+): Layer.Layer<RunnerStorage.RunnerStorage | SqlClient.SqlClient | StartUp, SqlError | StorageBusy, ShardingConfig.ShardingConfig> =>
   Layer.scoped(
     RunnerStorage.RunnerStorage,
-    Effect.map(Effect.retry(SqlRunnerStorage.make({ prefix: tablePrefix }), retryStart), retrying)
-  ).pipe(Layer.provideMerge(layerSqlClient(spec)), Layer.mapError(withCause))
+    Effect.map(atStart(SqlRunnerStorage.make({ prefix: tablePrefix })), retrying)
+  ).pipe(Layer.provideMerge(layerSqlClient(spec, options)), Layer.mapError(withCause))

@@ -43,7 +43,7 @@ const storeOn = (spec: Storage.StorageSpec, maxKeys?: number) =>
   Effect.gen(function*() {
     const context = yield* Layer.build(Layer.fresh(Storage.layerSqlClient(spec)))
     const sql = Context.get(context, SqlClient.SqlClient)
-    const keys = yield* SharedKeys.make(maxKeys === undefined ? {} : { maxKeys }).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+    const keys = yield* SharedKeys.make(maxKeys === undefined ? {} : { maxKeys }).pipe(Effect.provide(context))
     return { keys, sql }
   })
 

@@ -1,9 +1,10 @@
 /**
  * A cluster of real `nativegen serve --cluster` processes whose runners can be SIGKILLed and
  * started again (same home, store, runner socket and public socket), for the runner-death tests
- * (kill.test.ts) and `npm run bench cluster-kill`. Each runner is its own process group (its engine
- * child included): a kill takes the whole machine's share of the cluster down at once, as a
- * crash of the host would. One SQLite runner storage file for all, Unix sockets only.
+ * (kill.test.ts) and `npm run bench cluster-kill`. Each runner is its own process group, its engine
+ * child another (the runtime spawns it detached): a kill SIGKILLs both groups at once, taking the
+ * whole machine's share of the cluster down as a crash of the host would. One runner storage for all: a SQLite file, or a database of its own on
+ * the PostgreSQL server in NATIVEGEN_TEST_POSTGRES (`storage: "postgres"`); Unix sockets only.
  */
 import { assert } from "@effect/vitest"
 import * as Context from "effect/Context"
@@ -11,6 +12,7 @@ import * as Effect from "effect/Effect"
 import * as ExecutionStrategy from "effect/ExecutionStrategy"
 import * as Exit from "effect/Exit"
 import * as Layer from "effect/Layer"
+import * as Redacted from "effect/Redacted"
 import * as Schedule from "effect/Schedule"
 import * as Scope from "effect/Scope"
 import * as Fs from "node:fs"
@@ -21,6 +23,7 @@ import * as Status from "../../src/cluster/Status.js"
 import type * as Storage from "../../src/cluster/Storage.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
+import { freshDatabase } from "./postgres.js"
 import { type Home, makeHome, type Server, smallServerEnv, startServer } from "../cli/support.js"
 
 export interface Member {
@@ -31,7 +34,7 @@ export interface Member {
   readonly server: () => Server | undefined
   /** A client on its public socket (only while it runs). */
   readonly provider: () => Provider["Type"]
-  /** SIGKILL to its process group (the runner and its engine child); returns when it is gone. */
+  /** SIGKILL to its process group and its engine child's; returns when both are gone. */
   readonly kill: Effect.Effect<void>
   /** Starts it again (same home and sockets) and waits until it is ready. */
   readonly start: Effect.Effect<void>
@@ -51,6 +54,8 @@ export interface ClusterOptions {
   readonly detection: number
   /** Extra environment for every runner. */
   readonly env?: Record<string, string>
+  /** The runner storage: a SQLite file (the default) or a fresh database on NATIVEGEN_TEST_POSTGRES's server. */
+  readonly storage?: "sqlite" | "postgres"
 }
 
 /** Runners sharing one storage file; each with its own home, store and public socket. */
@@ -62,7 +67,9 @@ export const layer = (options: ClusterOptions) =>
         Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngk-"))),
         (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
       )
-      const storage = Path.join(dir, "cluster.db")
+      const storage: Storage.StorageSpec = options.storage === "postgres"
+        ? { _tag: "Postgres", url: Redacted.make(yield* freshDatabase) }
+        : { _tag: "Sqlite", file: Path.join(dir, "cluster.db") }
       const members = yield* Effect.forEach(options.names, (name) =>
         Effect.gen(function*() {
           const home: Home = yield* makeHome
@@ -70,7 +77,7 @@ export const layer = (options: ClusterOptions) =>
           const env = {
             ...smallServerEnv,
             NATIVEGEN_CLUSTER: runnerSocket,
-            NATIVEGEN_CLUSTER_STORAGE: storage,
+            NATIVEGEN_CLUSTER_STORAGE: storage._tag === "Sqlite" ? storage.file : Redacted.value(storage.url),
             NATIVEGEN_CLUSTER_SHARDS: String(options.shards),
             NATIVEGEN_CLUSTER_DETECTION: String(options.detection),
             ...options.env
@@ -99,12 +106,17 @@ export const layer = (options: ClusterOptions) =>
           const kill = Effect.gen(function*() {
             const running = server
             if (running === undefined) return
+            // The engine child is a process group of its own (spawned detached): killed with the runner's,
+            // as a crash of the host would. Killing the runner's group alone left the engine to notice its
+            // host was gone and leave 2 s later; the kill returned only then (its stdout is the runner's).
             yield* Effect.sync(() => {
-              try {
-                process.kill(-running.pid, "SIGKILL")
-              } catch {}
+              for (const group of [running.pid, running.enginePid]) {
+                try {
+                  process.kill(-group, "SIGKILL")
+                } catch {}
+              }
             })
-            // Gone when the group's leader is reaped (its 'close' event): the scope's release sees it exited.
+            // Gone when the runner is reaped and its output closed (its 'close' event): the scope's release sees it exited.
             yield* stop
           })
           const member: Member = {
@@ -119,13 +131,13 @@ export const layer = (options: ClusterOptions) =>
         }))
       // Started together (on a loaded machine starting is mostly waiting for CPU).
       yield* Effect.forEach(members, (m) => m.start, { concurrency: "unbounded", discard: true })
-      return { members, storage: { _tag: "Sqlite", file: storage } as const, shards: options.shards, detection: options.detection }
+      return { members, storage, shards: options.shards, detection: options.detection }
     })
   )
 
 /** The client-only Sharding (for conversations' shards) and the SQL client over the cluster's storage. */
 export const viewLayer = Layer.unwrapEffect(
-  Effect.map(KillCluster, ({ shards, storage }) => Runner.layerClientOnly({ storage, shards }))
+  Effect.map(KillCluster, ({ detection, shards, storage }) => Runner.layerClientOnly({ storage, shards, detection: `${detection} seconds` }))
 )
 
 /** The runner (stored address) holding each conversation's shard now, read from the shard locks. */

@@ -12,6 +12,8 @@
  * (read from the storage) is the detection, bounded by twice the detection time.
  *
  * Kills: `NATIVEGEN_KILL_TALLY_KILLS` (3 by default, in the suite; `npm run bench cluster-kill` runs 20).
+ * Storage: `NATIVEGEN_KILL_TALLY_STORAGE` = `sqlite` (the default) or `postgres` (a database of its own on
+ * NATIVEGEN_TEST_POSTGRES's server; `BENCH_CLUSTER_POSTGRES=URL npm run bench cluster-kill` sets both).
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as Cause from "effect/Cause"
@@ -27,9 +29,11 @@ import * as Schedule from "effect/Schedule"
 import * as Stream from "effect/Stream"
 import * as Status from "../../src/cluster/Status.js"
 import type { ChatMessage, Checkpoint, GenerateChunk, GenerateRequest } from "../../src/domain/Inference.js"
+import { unavailable } from "./postgres.js"
 import { idsOwnedBy, KillCluster, layer as clusterLayer, type Member, settled, viewLayer } from "./kill-support.js"
 
 const KILLS = Number(process.env.NATIVEGEN_KILL_TALLY_KILLS ?? 3)
+const STORAGE = process.env.NATIVEGEN_KILL_TALLY_STORAGE === "postgres" ? "postgres" : "sqlite"
 /** The test's bound: the runners' start, then each kill (a restart takes about 20 s here under load), generously. */
 const TEST_LIMIT = 240_000 + KILLS * 90_000
 const DETECTION = 3
@@ -67,11 +71,13 @@ interface InFlight {
   chunks: number
 }
 
-const cluster = Layer.provideMerge(viewLayer, clusterLayer({ names: ["r1", "r2", "r3"], shards: 12, detection: DETECTION }))
+const cluster = Layer.provideMerge(viewLayer, clusterLayer({ names: ["r1", "r2", "r3"], shards: 12, detection: DETECTION, storage: STORAGE }))
 
 const median = (xs: ReadonlyArray<number>) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)] ?? NaN
 
-describe("runners SIGKILLed mid-stream", () => {
+const skipped = STORAGE === "postgres" ? unavailable : undefined
+
+describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE} storage)${skipped === undefined ? "" : ` [skipped: ${skipped}]`}`, () => {
   layer(cluster, { timeout: TEST_LIMIT + 300_000, excludeTestServices: true })("three runners, clients through r1", (it) => {
     it.effect(`${KILLS} kills: every request ends exactly once, served whole or with a typed failure; no token twice or lost; served again within twice the detection time`, () =>
       Effect.gen(function*() {
@@ -171,7 +177,7 @@ describe("runners SIGKILLed mid-stream", () => {
           Effect.map(Effect.orDie(Status.snapshot), (s) => ({ snapshot: s, shards: [...(s.shards ?? [])].filter(([, a]) => a === member.stored).map(([shard]) => shard) }))
         const restarts = new Map<Member, Fiber.RuntimeFiber<void>>()
         const probes: Array<string> = []
-        const kills: Array<{ victim: string; midStream: boolean; movedMillis: number; servedAgainMillis: number; restartWaitMillis: number }> = []
+        const kills: Array<{ victim: string; midStream: boolean; movedMillis: number; servedAgainMillis: number; restartWaitMillis: number; killReturnedMillis: number }> = []
 
         for (let k = 0; k < KILLS; k++) {
           const victim = k % 2 === 0 ? r2 : r3
@@ -198,8 +204,10 @@ describe("runners SIGKILLed mid-stream", () => {
           yield* Effect.sleep(Duration.millis(yield* Random.nextIntBetween(0, 40)))
           const [probe] = yield* idsOwnedBy(snapshot, victim, 1, `probe${k}`)
           const probeShard = yield* Status.shardOf(probe!)
-          yield* victim.kill
+          // Times are taken from the SIGKILL; the kill returns once the process is reaped and its client closed.
           const killedAt = performance.now()
+          yield* victim.kill
+          const killReturnedMillis = performance.now() - killedAt
           // When the probe's shard is locked by another runner (read from the storage every 100 ms).
           const moved = yield* Effect.orDie(Status.snapshot).pipe(
             Effect.flatMap((s) => {
@@ -225,7 +233,8 @@ describe("runners SIGKILLed mid-stream", () => {
             : Option.match(Cause.failureOption(served.cause), { onNone: () => "defect", onSome: (e) => e._tag })
           probes.push(probeEnd)
           const movedMillis = Option.getOrElse(yield* Fiber.join(moved), () => Infinity)
-          if (first === undefined || first - killedAt > 2 * DETECTION * 1000 + SERVE_ALLOWANCE_MILLIS || probeEnd === "defect" || probeEnd === "TimeoutException") {
+          // Logged from one detection time on (within the bound too): the stalls to explain (docs/cluster.md, Open problems).
+          if (first === undefined || first - killedAt > DETECTION * 1000 || probeEnd === "defect" || probeEnd === "TimeoutException") {
             const now = yield* Effect.orDie(Status.snapshot)
             yield* Effect.logInfo(
               `kill ${k}: probe ${probe} (shard ${yield* Status.shardOf(probe!)}) ${first === undefined ? "not served" : `served late (${(first - killedAt).toFixed(0)} ms)`}; storage now: ${JSON.stringify(now.runners)} ` +
@@ -234,7 +243,7 @@ describe("runners SIGKILLed mid-stream", () => {
           }
           assert.isDefined(first, `kill ${k}: the probe turn was not served: ${Exit.isFailure(served) ? Cause.pretty(served.cause) : ""}`)
           assert.notInclude(["defect", "TimeoutException"], probeEnd, `kill ${k}: the probe turn`)
-          kills.push({ victim: victim.name, midStream: streaming, movedMillis, servedAgainMillis: (first ?? performance.now()) - killedAt, restartWaitMillis })
+          kills.push({ victim: victim.name, midStream: streaming, movedMillis, servedAgainMillis: (first ?? performance.now()) - killedAt, restartWaitMillis, killReturnedMillis })
         }
 
         stopping = true
@@ -258,7 +267,8 @@ describe("runners SIGKILLed mid-stream", () => {
           `max ${Math.max(...moves).toFixed(0)} ms (detection ${DETECTION} s, bound ${2 * DETECTION} s)`,
           ...kills.map((k, i) =>
             `kill ${i} ${k.victim}: ${k.midStream ? "mid-stream" : "no stream seen"}, shard moved ${k.movedMillis.toFixed(0)} ms, ` +
-            `served again ${k.servedAgainMillis.toFixed(0)} ms, waited ${k.restartWaitMillis.toFixed(0)} ms for it to be back`
+            `served again ${k.servedAgainMillis.toFixed(0)} ms, waited ${k.restartWaitMillis.toFixed(0)} ms for it to be back, ` +
+            `the kill returned after ${k.killReturnedMillis.toFixed(0)} ms`
           ),
           ...outcomes.filter((o) => o.ended !== "served").map((o) => `request ${o.request} (${o.conversation}${o.followUp ? ", follow-up" : ""}): ${o.ended} after ${o.tokens.length} tokens: ${o.detail ?? ""}`)
         ].join("\n"))

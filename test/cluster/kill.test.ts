@@ -55,8 +55,9 @@ describe("a runner SIGKILLed", () => {
         const other = yield* collectFrom(r1!.provider(), { messages: [user1], conversation: third!, ...settings })
 
         yield* Effect.logInfo("first turns served")
-        yield* r3!.kill
+        // Times are taken from the SIGKILL (the kill returns once the runner is reaped).
         const killedAt = performance.now()
+        yield* r3!.kill
         // What the storage shows while the shard moves (for the log).
         const watch = yield* Effect.fork(Effect.repeat(
           Effect.flatMap(Effect.orDie(Status.snapshot), (s) => {

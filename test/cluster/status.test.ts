@@ -7,7 +7,7 @@
  */
 import { assert, describe, it } from "@effect/vitest"
 import * as fc from "effect/FastCheck"
-import { sessionsToRunners } from "../../src/cluster/Status.js"
+import { liveRunners, sessionsToRunners } from "../../src/cluster/Status.js"
 
 /** Shards 1..n split among runners a, b, c, ... (each shard's runner index), and a pid per runner. */
 const cluster = fc.integer({ min: 1, max: 6 }).chain((runners) =>
@@ -51,5 +51,21 @@ describe("cluster status on PostgreSQL: lock sessions named by runner", () => {
       const runner = named.get(pid)
       if (runner !== undefined) assert.isTrue([...shards].some((s) => assigned.get(runner)!.has(s)))
     }
+  })
+})
+
+describe("cluster status on PostgreSQL: the runners counted", () => {
+  it("a runner whose heartbeat is older than the lock expiry is not counted, though still marked healthy (a SIGKILLed runner's row)", () => {
+    const rows = [
+      { address: "r1", healthy: true, last_heartbeat: new Date("2026-12-04T10:40:10Z") },
+      { address: "r2", healthy: true, last_heartbeat: new Date("2026-12-04T10:40:03Z") },
+      { address: "r3", healthy: true, last_heartbeat: new Date("2026-12-04T10:40:09Z") },
+      { address: "r4", healthy: false, last_heartbeat: new Date("2026-12-04T10:40:10Z") }
+    ]
+    assert.deepStrictEqual(liveRunners(rows, 3_000).map((r) => r.address), ["r1", "r3"])
+    assert.deepStrictEqual(liveRunners(rows, 35_000).map((r) => r.address), ["r1", "r2", "r3"])
+    // As SQLite returns them: text in the storage's time.
+    const text = rows.map((r) => ({ ...r, last_heartbeat: r.last_heartbeat.toISOString().slice(0, 19).replace("T", " ") }))
+    assert.deepStrictEqual(liveRunners(text, 3_000).map((r) => r.address), ["r1", "r3"])
   })
 })

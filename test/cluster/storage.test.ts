@@ -35,6 +35,7 @@ import * as Path from "node:path"
 import * as V8 from "node:v8"
 import * as Vm from "node:vm"
 import * as Placement from "../../src/cluster/Placement.js"
+import * as ClusterRunner from "../../src/cluster/Runner.js"
 import * as SharedKeys from "../../src/cluster/SharedKeys.js"
 import * as Status from "../../src/cluster/Status.js"
 import * as Storage from "../../src/cluster/Storage.js"
@@ -78,7 +79,7 @@ const client = (spec: Storage.StorageSpec) =>
 const runnerStorage = (spec: Storage.StorageSpec) =>
   Effect.map(
     Layer.build(Layer.fresh(Storage.layer(spec).pipe(Layer.provide(config)))),
-    (context) => ({ storage: Context.get(context, RunnerStorage.RunnerStorage), sql: Context.get(context, SqlClient.SqlClient) })
+    (context) => ({ storage: Context.get(context, RunnerStorage.RunnerStorage), sql: Context.get(context, SqlClient.SqlClient), context })
   )
 
 const addressOf = (name: string) => RunnerAddress.make({ host: name, port: 1 })
@@ -116,8 +117,8 @@ for (const backend of [sqlite, postgres]) {
         const spec = yield* backend.fresh
         const runners = yield* Effect.forEach(["r1", "r2", "r3", "r4"], (name) =>
           Effect.gen(function*() {
-            const { sql, storage } = yield* runnerStorage(spec)
-            yield* Effect.all([Placement.createTable, SharedKeys.createTable]).pipe(Effect.provideService(SqlClient.SqlClient, sql))
+            const { context, storage } = yield* runnerStorage(spec)
+            yield* Effect.all([Placement.createTable, SharedKeys.createTable]).pipe(Effect.provide(context))
             yield* storage.register(Runner.make({ address: addressOf(name), groups: ["default"], weight: 1 }), true)
             return storage
           }), { concurrency: "unbounded" })
@@ -199,6 +200,9 @@ const lockHolder = (file: string) =>
         `const c = createClient({ url: ${JSON.stringify(`file:${file}`)} })`,
         "await c.execute('BEGIN IMMEDIATE')",
         `await c.execute("UPDATE ${Storage.tablePrefix}_runners SET healthy = healthy")`,
+        // Kept reachable: a client nothing refers to is collected at the child's first full GC (an idle
+        // process has one some seconds after start), closing its connection and so ending the transaction.
+        "globalThis.holder = c",
         "console.log('holding')",
         "setInterval(() => {}, 60_000)"
       ].join("\n")
@@ -317,5 +321,113 @@ describe("runner storage errors", () => {
       const spec: Storage.StorageSpec = { _tag: "Postgres", url: Redacted.make(`postgres://nobody:secret@127.0.0.1:${port}/none`) }
       const error = yield* Effect.flip(runnerStorage(spec))
       assert.include(error.message, "ECONNREFUSED")
+    }).pipe(Effect.scoped), 30_000)
+})
+
+/**
+ * Another process holding the SQLite write lock (a write transaction left open) until told: `release`
+ * commits it (a message on its stdin) and returns once it has. The file is switched to WAL first,
+ * as a runner leaves it. Scoped: SIGKILLed at the latest when the scope closes.
+ */
+const releasableLockHolder = (file: string) =>
+  Effect.gen(function*() {
+    const child = yield* Effect.acquireRelease(
+      Effect.async<ChildProcess.ChildProcess, Error>((resume) => {
+        const script = [
+          "import { createClient } from '@libsql/client'",
+          `const c = createClient({ url: ${JSON.stringify(`file:${file}`)} })`,
+          "await c.execute('PRAGMA journal_mode = WAL')",
+          "await c.execute('CREATE TABLE IF NOT EXISTS lock_holder (x INTEGER)')",
+          "await c.execute('BEGIN IMMEDIATE')",
+          "await c.execute('INSERT INTO lock_holder VALUES (1)')",
+          "globalThis.holder = c", // as in lockHolder: reachable, or the first full GC ends the transaction
+          "console.log('holding')",
+          "process.stdin.once('data', async () => { await c.execute('COMMIT'); console.log('released') })"
+        ].join("\n")
+        const child = ChildProcess.spawn(process.execPath, ["--input-type=module", "-e", script], { stdio: ["pipe", "pipe", "inherit"] })
+        child.stdout.on("data", (data: Buffer) => {
+          if (data.toString().includes("holding")) resume(Effect.succeed(child))
+        })
+        child.on("exit", (code) => resume(Effect.fail(new Error(`the lock holder exited (${code}) before it held the lock`))))
+      }),
+      (child) => killed(child)
+    )
+    let released = false
+    const release = Effect.async<void>((resume) => {
+      if (released) return resume(Effect.void)
+      child.stdout!.on("data", (data: Buffer) => {
+        if (data.toString().includes("released")) {
+          released = true
+          resume(Effect.void)
+        }
+      })
+      child.stdin!.write("release\n")
+    })
+    return { release, isReleased: () => released }
+  })
+
+describe("SQLite runner storage: a runner starting while another process holds the write lock", () => {
+  const runnerAt = (dir: string, spec: Storage.StorageSpec, name: string) => {
+    const address = RunnerAddress.make({ host: Path.join(dir, `${name}.sock`), port: 0 })
+    const sharding = ClusterRunner.layerSharding({ address, storage: spec, detection: "3 seconds", shards: SHARDS })
+    // Every statement a runner runs at start: the storage's, Sharding's, and the tables of Runner.layer.
+    return { address, layer: Layer.merge(Placement.layer(address), SharedKeys.layer).pipe(Layer.provideMerge(sharding)) }
+  }
+
+  it.live("a runner restarting on a storage others write to starts while the lock is held, then registers and takes shards once it is released", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const dir = Path.dirname(file)
+      // A first run left the tables (as after any runner's start).
+      yield* Effect.scoped(Layer.build(runnerAt(dir, spec, "before").layer))
+      const holder = yield* releasableLockHolder(file)
+      const runner = runnerAt(dir, spec, "r1")
+      const started = performance.now()
+      // Before the fix its placements table was created in a write transaction: BEGIN IMMEDIATE met the lock and
+      // the runner gave up after 15 s of SQLITE_BUSY (and exited).
+      yield* Layer.build(runner.layer).pipe(Effect.timeout("12 seconds"))
+      assert.isFalse(holder.isReleased(), "the runner started while the other process held the lock")
+      const startedMillis = performance.now() - started
+      yield* holder.release
+      // Registered and holding shards once the lock is free (read by another client).
+      const other = yield* client(spec)
+      const stored = `${runner.address.host}:0`
+      const locked = yield* other<{ shard_id: string; address: string }>`SELECT shard_id, address FROM ${other(`${Storage.tablePrefix}_locks`)}`.pipe(
+        Effect.filterOrFail((rows) => rows.filter((r) => r.address === stored).length === SHARDS, () => "not all shards locked yet"),
+        Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("20 seconds")))
+      )
+      assert.strictEqual(locked.length, SHARDS)
+      const runners = yield* other<{ address: string }>`SELECT address FROM ${other(`${Storage.tablePrefix}_runners`)}`
+      assert.include(runners.map((r) => r.address), stored)
+      yield* Effect.logInfo(`started in ${startedMillis.toFixed(0)} ms while the lock was held`)
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("a runner starting on a new storage file waits for the lock, and starts once it is released", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      const holder = yield* releasableLockHolder(file)
+      const runner = runnerAt(Path.dirname(file), spec, "r1")
+      const starting = yield* Layer.build(runner.layer).pipe(Effect.fork)
+      // Held for a while (its tables cannot be created meanwhile), then released.
+      yield* Effect.sleep("3 seconds")
+      assert.isNull(starting.unsafePoll(), "the runner could not start while its tables could not be created")
+      yield* holder.release
+      yield* Fiber.join(starting).pipe(Effect.timeout("20 seconds"))
+    }).pipe(Effect.scoped), 60_000)
+
+  it.live("a lock held past the start's wait fails the start with StorageBusy, naming the storage file and the wait", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const file = spec._tag === "Sqlite" ? spec.file : assert.fail("sqlite")
+      yield* releasableLockHolder(file)
+      const error = yield* Effect.flip(Layer.build(Layer.fresh(Storage.layer(spec, { startWait: "1500 millis" }).pipe(Layer.provide(config)))))
+      assert.strictEqual(error._tag, "StorageBusy", error.message)
+      if (error._tag !== "StorageBusy") return
+      assert.include(error.message, file)
+      assert.include(error.message, "SQLITE_BUSY")
+      assert.isAtLeast(error.waitedMillis, 1500)
+      assert.isTrue(Storage.isBusy(error.cause))
     }).pipe(Effect.scoped), 30_000)
 })
