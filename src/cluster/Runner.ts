@@ -12,6 +12,7 @@
  */
 import * as MessageStorage from "@effect/cluster/MessageStorage"
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as RunnerServer from "@effect/cluster/RunnerServer"
 import * as Runners from "@effect/cluster/Runners"
 import type { RunnerStorage } from "@effect/cluster/RunnerStorage"
 import type { Sharding } from "@effect/cluster/Sharding"
@@ -81,8 +82,12 @@ export const layerSharding = (
     Transport.layerClientProtocol
   ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack))
   const health = Health.layer(timing.pingTimeout).pipe(Layer.provide(Runners.layerRpc))
-  return SocketRunner.layer.pipe(
-    Layer.provide(Layer.merge(Transport.layerSocketServer(settings.listen ?? settings.address), health)),
+  // SocketRunner.layer, with our server protocol (Transport.layerServerProtocol: no stream acks).
+  const runner = RunnerServer.layerWithClients.pipe(
+    Layer.provide(Transport.layerServerProtocol.pipe(Layer.provide(Transport.layerSocketServer(settings.listen ?? settings.address))))
+  )
+  return runner.pipe(
+    Layer.provide(health),
     Layer.provideMerge(Storage.layer(settings.storage)),
     Layer.provide(base)
   )
