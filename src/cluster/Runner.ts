@@ -51,6 +51,11 @@ export interface RunnerSettings {
   readonly detection: Duration.DurationInput
   /** Shards per group: the same on every runner. */
   readonly shards: number
+  /**
+   * How long an owner holds a remote stream's chunks after the first, to send them in fewer
+   * messages (Coalesce.ts; default 0: each message takes what is ready when it leaves, nothing waits).
+   */
+  readonly hold?: Duration.DurationInput | undefined
   /** How long a runner giving up a shard waits for its turns to end (default `defaultDrain`). */
   readonly drain?: Duration.DurationInput | undefined
 }
@@ -112,12 +117,14 @@ export const layerClientOnly = (settings: Pick<RunnerSettings, "storage" | "shar
 export const layer = (
   settings: RunnerSettings
 ): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | SocketServer.SocketServerError, Provider | Conversations> => {
+  // How an owner sends a stream's chunks to its entry: the first at once, then what is ready (Coalesce.ts).
+  const wire = { hold: settings.hold ?? 0 }
   // One Drain for the entities and the load answers: a stopping runner lets its streams end first.
   const drain = Drain.layer(settings.drain ?? defaultDrain)
   return Layer.mergeAll(
     // Conversations to their entities; one-offs and decisions by load; the rest local.
     RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),
-    Drain.closingAfter(Layer.merge(ConversationEntity.layer(), WorkEntity.layer)),
+    Drain.closingAfter(Layer.merge(ConversationEntity.layer({ wire }), WorkEntity.layer(wire))),
     SharedKeys.layer
   ).pipe(
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),
