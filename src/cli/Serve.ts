@@ -289,7 +289,8 @@ const clusterLayer = (settings: ServeSettings) =>
       cluster: settings.cluster ?? Option.none(),
       clusterStorage: settings.clusterStorage ?? Option.none(),
       clusterDetection: settings.clusterDetection ?? Option.none(),
-      clusterShards: settings.clusterShards ?? Option.none()
+      clusterShards: settings.clusterShards ?? Option.none(),
+      clusterHold: settings.clusterHold ?? Option.none()
     })
     if (runner === undefined) return Layer.empty
     const Runner = yield* Effect.promise(() => import("../cluster/Runner.js"))

@@ -5,7 +5,8 @@
  * (`index`) and the ordinal of its first generated token (`seq`), so the entry runner can prove
  * that what it passes on is one unbroken stream (RoutingProvider). Turns are volatile messages
  * (not persisted): a turn is never replayed from storage. The chunks go as the runtime batches
- * them (one message per engine chunk, not per token).
+ * them, coalesced for the wire (Coalesce.ts): the first at once, then each message carries every
+ * chunk ready when it leaves (and, with a hold, what comes within it).
  *
  * A conversation outlives its runner: each turn's messages and reply are recorded under the
  * checkpoint it ended with (Transcripts). When a turn comes with a checkpoint this runner cannot
@@ -30,6 +31,7 @@ import { replyOf } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
+import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
 import { Transcripts } from "./Transcripts.js"
@@ -73,9 +75,10 @@ const holdsHistory = (messages: ReadonlyArray<ChatMessage>) => messages.some((m)
  * time, in arrival order; an idle entity is dropped after `maxIdleTime` (the conversation's KV
  * stays in the runtime's slots and state files).
  */
-export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput } = {}) =>
+export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; readonly wire?: CoalesceOptions } = {}) =>
   Conversation.toLayer(
     Effect.gen(function*() {
+      const wire = options.wire ?? {}
       const provider = yield* Provider
       const placement = yield* Placement
       // When the entity leaves this runner (its shard moves, or the runner drains), after its last
@@ -83,6 +86,11 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
       const conversations = yield* Conversations
       const { entityId } = yield* Entity.CurrentAddress
       yield* Effect.addFinalizer(() => conversations.handOver(entityId))
+      // Where the conversation is served, recorded once per activation of the entity (in the
+      // background), not per turn: while the entity lives here no other runner serves the
+      // conversation (its shard would have moved, which closes the entity), and a turn's start is
+      // not the moment for a storage write (libsql's statements hold the event loop).
+      yield* placement.record(entityId)
       const transcripts = yield* Transcripts
       const drain = yield* Drain
 
@@ -131,10 +139,7 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput }
 
       return {
         Turn: ({ address, payload }) =>
-          drain.track(Stream.unwrap(Effect.as(
-            placement.record(address.entityId),
-            turn(address.entityId, payload.request).pipe(stamp(payload.turn))
-          )))
+          drain.track(Stream.suspend(() => turn(address.entityId, payload.request).pipe(stamp(payload.turn), coalesce(wire))))
       }
     }),
     { maxIdleTime: options.maxIdleTime ?? "10 minutes", concurrency: 1 }

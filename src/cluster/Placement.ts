@@ -1,8 +1,9 @@
 /**
- * Where conversations were last served: each runner records, when a turn of a conversation
- * starts on it, the conversation and its own address in the runner storage
+ * Where conversations were last served: each runner records, when a conversation's entity starts
+ * on it (its first turn there), the conversation and its own address in the runner storage
  * (`nativegen_cluster_conversations`), for `nativegen cluster status`. The write runs beside the
- * turn (the turn never waits for it), once per turn, and a failed write is logged, not raised.
+ * turn (the turn never waits for it), once per activation of the entity (no other runner serves the
+ * conversation while the entity lives here), and a failed write is logged, not raised.
  */
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import * as SqlClient from "@effect/sql/SqlClient"
@@ -17,7 +18,7 @@ import { atStart, type StartUp, type StorageBusy, tablePrefix } from "./Storage.
 export const table = `${tablePrefix}_conversations`
 
 export class Placement extends Context.Tag("nativegen/cluster/Placement")<Placement, {
-  /** Records that a turn of `conversation` runs on this runner (in the background). */
+  /** Records that `conversation` is served on this runner (in the background). */
   readonly record: (conversation: string) => Effect.Effect<void>
 }>() {}
 

@@ -12,6 +12,7 @@
  */
 import * as MessageStorage from "@effect/cluster/MessageStorage"
 import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as RunnerServer from "@effect/cluster/RunnerServer"
 import * as Runners from "@effect/cluster/Runners"
 import type { RunnerStorage } from "@effect/cluster/RunnerStorage"
 import type { Sharding } from "@effect/cluster/Sharding"
@@ -50,6 +51,11 @@ export interface RunnerSettings {
   readonly detection: Duration.DurationInput
   /** Shards per group: the same on every runner. */
   readonly shards: number
+  /**
+   * How long an owner holds a remote stream's chunks after the first, to send them in fewer
+   * messages (Coalesce.ts; default 0: each message takes what is ready when it leaves, nothing waits).
+   */
+  readonly hold?: Duration.DurationInput | undefined
   /** How long a runner giving up a shard waits for its turns to end (default `defaultDrain`). */
   readonly drain?: Duration.DurationInput | undefined
 }
@@ -81,8 +87,12 @@ export const layerSharding = (
     Transport.layerClientProtocol
   ).pipe(Layer.provideMerge(RpcSerialization.layerMsgPack))
   const health = Health.layer(timing.pingTimeout).pipe(Layer.provide(Runners.layerRpc))
-  return SocketRunner.layer.pipe(
-    Layer.provide(Layer.merge(Transport.layerSocketServer(settings.listen ?? settings.address), health)),
+  // SocketRunner.layer, with our server protocol (Transport.layerServerProtocol: no stream acks).
+  const runner = RunnerServer.layerWithClients.pipe(
+    Layer.provide(Transport.layerServerProtocol.pipe(Layer.provide(Transport.layerSocketServer(settings.listen ?? settings.address))))
+  )
+  return runner.pipe(
+    Layer.provide(health),
     Layer.provideMerge(Storage.layer(settings.storage)),
     Layer.provide(base)
   )
@@ -116,12 +126,14 @@ export const layerClientOnly = (
 export const layer = (
   settings: RunnerSettings
 ): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | Storage.StorageBusy | SocketServer.SocketServerError, Provider | Conversations> => {
+  // How an owner sends a stream's chunks to its entry: the first at once, then what is ready (Coalesce.ts).
+  const wire = { hold: settings.hold ?? 0 }
   // One Drain for the entities and the load answers: a stopping runner lets its streams end first.
   const drain = Drain.layer(settings.drain ?? defaultDrain)
   return Layer.mergeAll(
     // Conversations to their entities; one-offs and decisions by load; the rest local.
     RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),
-    Drain.closingAfter(Layer.merge(ConversationEntity.layer(), WorkEntity.layer)),
+    Drain.closingAfter(Layer.merge(ConversationEntity.layer({ wire }), WorkEntity.layer(wire))),
     SharedKeys.layer
   ).pipe(
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),

@@ -25,6 +25,9 @@ export const defaultStorage = (): string =>
 /** Failure detection within 3 s; 60 shards (a few per runner is enough to spread conversations; more only cost lock rows). */
 export const defaults = { detection: Duration.seconds(3), shards: 60 } as const
 
+/** The longest `--cluster-hold`: a hold delays every token after the first by up to this much. */
+export const maxHoldMillis = 100
+
 export const options = {
   cluster: Options.text("cluster").pipe(
     Options.withDescription(
@@ -59,6 +62,14 @@ export const options = {
     Options.optional,
     Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER_CONVERSATIONS")))
   ),
+  clusterHold: Options.integer("cluster-hold").pipe(
+    Options.withDescription(
+      "Milliseconds a runner serving a stream for another runner holds its chunks after the first, to send them in fewer " +
+        "messages (env NATIVEGEN_CLUSTER_HOLD; default 0: the first chunk goes at once, then each message carries what is ready)"
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_HOLD")))
+  ),
   clusterShards: Options.integer("cluster-shards").pipe(
     Options.withDescription(
       `Shards the conversations are spread over; the same on every runner (env NATIVEGEN_CLUSTER_SHARDS; default ${defaults.shards})`
@@ -74,6 +85,7 @@ export interface ClusterFlags {
   readonly clusterDetection: Option.Option<number>
   readonly clusterShards: Option.Option<number>
   readonly clusterConversations?: Option.Option<string>
+  readonly clusterHold?: Option.Option<number>
 }
 
 /** The runner's settings from the flags; none when `--cluster` is not given. */
@@ -98,6 +110,10 @@ export const settingsOf = (flags: ClusterFlags): Effect.Effect<RunnerSettings | 
     if (detection < 1) return yield* new CliUsageError({ reason: `--cluster-detection ${detection}: at least 1 second` })
     const shards = Option.getOrElse(flags.clusterShards, () => defaults.shards)
     if (shards < 1) return yield* new CliUsageError({ reason: `--cluster-shards ${shards}: at least 1` })
-    const settings: RunnerSettings = { address, storage, detection: Duration.seconds(detection), shards }
+    const hold = Option.getOrElse(flags.clusterHold ?? Option.none(), () => 0)
+    if (hold < 0 || hold > maxHoldMillis) {
+      return yield* new CliUsageError({ reason: `--cluster-hold ${hold}: from 0 to ${maxHoldMillis} milliseconds` })
+    }
+    const settings: RunnerSettings = { address, storage, detection: Duration.seconds(detection), shards, hold: Duration.millis(hold) }
     return settings
   })

@@ -12,6 +12,7 @@ import { Socket } from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import * as RpcClient from "@effect/rpc/RpcClient"
 import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import * as RpcServer from "@effect/rpc/RpcServer"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Fs from "node:fs"
@@ -28,7 +29,26 @@ export const unixAddress = (path: string): RunnerAddress => RunnerAddress.make({
 export const formatAddress = (address: RunnerAddress): string =>
   isUnix(address) ? address.host : Net.isIPv6(address.host) ? `[${address.host}]:${address.port}` : `${address.host}:${address.port}`
 
-/** Connects to another runner: Unix socket or TCP with noDelay. */
+/**
+ * The runner protocol without its per-message stream acks. @effect/rpc acknowledges every
+ * message of a streamed reply when the protocol supports it, and the runners' `Stream` RPC (which
+ * carries every entity's streamed replies) then sends its next message only after the previous
+ * one's Ack came back: a socket write and a wake-up more in each runner per message, and a round
+ * trip before the next one may leave. The cluster does not need it for flow control: the entity's
+ * own reply stream is acknowledged end to end (the entry's Sharding sends an `AckChunk` envelope
+ * for each chunk once it is in the caller's buffer, and the entity's RPC server sends the next chunk
+ * only after it), so a stream has at most one reply message in flight on a connection whichever
+ * way, and what the runners' `Stream` queues per request is bounded by that. Both ends must agree:
+ * a server that waits for acks that a client never sends stalls its streams, so the client and the
+ * server protocols are changed together (every runner of a cluster runs this code).
+ */
+export const withoutAcks = <P extends { readonly supportsAck: boolean }>(protocol: P): P => ({ ...protocol, supportsAck: false })
+
+/** The runner server's protocol over the socket server, without stream acks (`withoutAcks`). */
+export const layerServerProtocol: Layer.Layer<RpcServer.Protocol, never, RpcSerialization.RpcSerialization | SocketServer.SocketServer> =
+  Layer.scoped(RpcServer.Protocol, Effect.map(RpcServer.makeProtocolSocketServer, withoutAcks))
+
+/** Connects to another runner: Unix socket or TCP with noDelay, without stream acks (`withoutAcks`). */
 export const layerClientProtocol: Layer.Layer<Runners.RpcClientProtocol, never, RpcSerialization.RpcSerialization> =
   Layer.effect(
     Runners.RpcClientProtocol,
@@ -41,10 +61,11 @@ export const layerClientProtocol: Layer.Layer<Runners.RpcClientProtocol, never, 
             ? { path: address.host, openTimeout: 1000 }
             : { host: address.host, port: address.port, noDelay: true, openTimeout: 1000 }
         )
-        return yield* RpcClient.makeProtocolSocket().pipe(
+        const protocol = yield* RpcClient.makeProtocolSocket().pipe(
           Effect.provideService(Socket, socket),
           Effect.provideService(RpcSerialization.RpcSerialization, serialization)
         )
+        return withoutAcks(protocol)
       }, Effect.orDie)
     })
   )

@@ -22,6 +22,7 @@ import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inferenc
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { stamp, TurnChunk } from "./ConversationEntity.js"
+import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import * as Load from "./Load.js"
 import { Loads, RunnerLoad } from "./Load.js"
@@ -61,15 +62,15 @@ export const idsByShard = (sharding: Sharding["Type"], shards: number): Readonly
   return ids.map((id) => id!)
 }
 
-/** The handlers over the runner's local Provider. */
-export const layer = Work.toLayer(
+/** The handlers over the runner's local Provider; a generation's chunks coalesced for the wire as a turn's are (`wire`). */
+export const layer = (wire: CoalesceOptions = {}) => Work.toLayer(
   Effect.gen(function*() {
     const provider = yield* Provider
     const loads = yield* Loads
     const drain = yield* Drain
     return {
       Generate: ({ payload }) =>
-        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn))))),
+        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn), coalesce(wire))))),
       Decide: ({ payload }) => Effect.scoped(Effect.zipRight(loads.serving("decisions", payload.id), provider.decide(payload.request))),
       Load: () => loads.own
     }

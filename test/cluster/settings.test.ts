@@ -1,5 +1,5 @@
 /**
- * `serve --cluster`'s flags as the runner reads them (addresses, storage, detection, shards), the
+ * `serve --cluster`'s flags as the runner reads them (addresses, storage, detection, shards, hold), the
  * detection time's cluster timing, and `cluster status`'s shard ranges. No runner is started.
  */
 import { assert, describe, it } from "@effect/vitest"
@@ -12,11 +12,12 @@ import * as Health from "../../src/cluster/Health.js"
 import { settingsOf } from "../../src/cluster/ServeOptions.js"
 import * as Storage from "../../src/cluster/Storage.js"
 
-const flags = (cluster: string | undefined, more: Partial<Record<"storage" | "detection" | "shards", string | number>> = {}) => ({
+const flags = (cluster: string | undefined, more: Partial<Record<"storage" | "detection" | "shards" | "hold", string | number>> = {}) => ({
   cluster: Option.fromNullable(cluster),
   clusterStorage: Option.fromNullable(more.storage as string | undefined),
   clusterDetection: Option.fromNullable(more.detection as number | undefined),
-  clusterShards: Option.fromNullable(more.shards as number | undefined)
+  clusterShards: Option.fromNullable(more.shards as number | undefined),
+  clusterHold: Option.fromNullable(more.hold as number | undefined)
 })
 
 describe("cluster settings", () => {
@@ -29,13 +30,24 @@ describe("cluster settings", () => {
       const tcp = yield* settingsOf(flags("10.0.0.1:34431", { detection: 5, shards: 12 }))
       assert.deepStrictEqual([tcp?.address.host, tcp?.address.port, tcp?.shards], ["10.0.0.1", 34431, 12])
       assert.strictEqual(Duration.toSeconds(Duration.decode(tcp!.detection)), 5)
+      // No hold unless asked for: a remote stream's chunks are never held by default.
+      assert.strictEqual(Duration.toMillis(Duration.decode(unix!.hold ?? 0)), 0)
+      const held = yield* settingsOf(flags("/run/ng/r1.sock", { hold: 5 }))
+      assert.strictEqual(Duration.toMillis(Duration.decode(held!.hold ?? 0)), 5)
       assert.isUndefined(yield* settingsOf(flags(undefined)))
     }))
 
   it.effect("refusals name the flag and the value", () =>
     Effect.gen(function*() {
       const reasons = yield* Effect.forEach(
-        [flags("127.0.0.1:0"), flags("http://x:1"), flags("/r.sock", { storage: "mysql://x" }), flags("/r.sock", { detection: 0 }), flags("/r.sock", { shards: 0 })],
+        [
+          flags("127.0.0.1:0"),
+          flags("http://x:1"),
+          flags("/r.sock", { storage: "mysql://x" }),
+          flags("/r.sock", { detection: 0 }),
+          flags("/r.sock", { shards: 0 }),
+          flags("/r.sock", { hold: 101 })
+        ],
         (f) => Effect.map(Effect.flip(settingsOf(f)), (e) => e.reason)
       )
       assert.include(reasons[0], "not 0")
@@ -43,6 +55,7 @@ describe("cluster settings", () => {
       assert.include(reasons[2], "--cluster-storage")
       assert.include(reasons[3], "--cluster-detection 0")
       assert.include(reasons[4], "--cluster-shards 0")
+      assert.include(reasons[5], "--cluster-hold 101: from 0 to 100")
     }))
 
   it("storage: file paths and file: URLs are SQLite, postgres URLs are PostgreSQL with the password hidden in logs", () => {
