@@ -11,16 +11,7 @@
 #  3. under compute-sanitizer (memcheck, every process): the kernel and the fault.
 # Run from the carried folder (node.xz, nm.tar.xz, lsrc.tar.xz): `cd .gpu && bash app/bench/gpu/diagnose-graphs.sh`.
 . app/bench/gpu/setup.sh
-if [ -f "$CARRY/lsrc.tar.xz" ] && [ ! -f "$NLC/llama/llama.cpp/CMakeLists.txt" ]; then
-  tar xJf "$CARRY/lsrc.tar.xz" -C "$NLC/llama" && mv "$NLC/llama/src" "$NLC/llama/llama.cpp" && mkdir -p "$NLC/llama/llama.cpp/.git" && log "llama.cpp source unpacked"
-fi
-if [ ! -f "$BUILD/Release/llama-addon.node" ]; then
-  log "engine build: start"
-  ( time timeout 420 node bin/nativegen.js engine build --gpu cuda ) > "$OUT/build-nlc.log" 2>&1; echo "rc=$?" >> "$OUT/build-nlc.log"
-  log "engine build: $(tail -1 "$OUT/build-nlc.log")"; grep -E "^real" "$OUT/build-nlc.log"
-  ( cd "$BUILD" && tar cf - Release | xz -T16 -6 | split -b 15m -d - "$OUT/cuda-" ) && for f in "$OUT"/cuda-??; do mv "$f" "$f.part"; done
-  log "packed: $(ls -la "$OUT" | grep part | awk '{print $5}' | tr '\n' ' ')"
-fi
+build_cuda_where_missing
 grep -m3 -E "CMAKE_CUDA_ARCHITECTURES|CUDA architectures|GGML_NATIVE" "$OUT/build-nlc.log" "$BUILD"/CMakeCache.txt 2>/dev/null
 printf '#include <stdio.h>\n__attribute__((constructor)) static void unbuffered(void) { setvbuf(stdout, NULL, _IONBF, 0); }\n' > "$W/unbuf.c"
 gcc -shared -fPIC -o "$W/unbuf.so" "$W/unbuf.c" && log "unbuffered-stdout shim built"

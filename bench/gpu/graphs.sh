@@ -7,16 +7,7 @@
 # left of the call, with PDL on, the control). Run from the carried folder:
 # `cd .gpu && bash app/bench/gpu/graphs.sh`.
 . app/bench/gpu/setup.sh
-if [ -f "$CARRY/lsrc.tar.xz" ] && [ ! -f "$NLC/llama/llama.cpp/CMakeLists.txt" ]; then
-  tar xJf "$CARRY/lsrc.tar.xz" -C "$NLC/llama" && mv "$NLC/llama/src" "$NLC/llama/llama.cpp" && mkdir -p "$NLC/llama/llama.cpp/.git" && log "llama.cpp source unpacked"
-fi
-if [ ! -f "$BUILD/Release/llama-addon.node" ]; then
-  log "engine build: start"
-  ( time timeout 420 node bin/nativegen.js engine build --gpu cuda ) > "$OUT/build-nlc.log" 2>&1; echo "rc=$?" >> "$OUT/build-nlc.log"
-  log "engine build: $(tail -1 "$OUT/build-nlc.log")"; grep -E "^real" "$OUT/build-nlc.log"
-  ( cd "$BUILD" && tar cf - Release | xz -T16 -6 | split -b 15m -d - "$OUT/cuda-" ) && for f in "$OUT"/cuda-??; do mv "$f" "$f.part"; done
-  log "packed: $(ls -la "$OUT" | grep part | awk '{print $5}' | tr '\n' ' ')"
-fi
+build_cuda_where_missing
 SUITES=${SUITES:-test/native-worker.test.ts test/supervision.test.ts test/provider/conversations.test.ts test/provider/tools.test.ts}
 suites() { # name, then env assignments
   local name=$1; shift

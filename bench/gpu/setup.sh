@@ -52,3 +52,18 @@ export LLAMA_LIBS="$BUILD/bin:$BUILD/Release"
 export NATIVEGEN_LLAMA_SERVER_DIR="$W/llama-server"
 cd "$APP"
 log "node $(node --version), app in $APP"
+
+# The CUDA binding, built from the carried llama.cpp source where no build is carried or unpacked,
+# and packed into $OUT as cuda-*.part for later calls (the 64 MiB carry holds the source or the build).
+build_cuda_where_missing() {
+  if [ -f "$CARRY/lsrc.tar.xz" ] && [ ! -f "$NLC/llama/llama.cpp/CMakeLists.txt" ]; then
+    tar xJf "$CARRY/lsrc.tar.xz" -C "$NLC/llama" && mv "$NLC/llama/src" "$NLC/llama/llama.cpp" && mkdir -p "$NLC/llama/llama.cpp/.git" && log "llama.cpp source unpacked"
+  fi
+  if [ ! -f "$BUILD/Release/llama-addon.node" ]; then
+    log "engine build: start"
+    ( time timeout 420 node bin/nativegen.js engine build --gpu cuda ) > "$OUT/build-nlc.log" 2>&1; echo "rc=$?" >> "$OUT/build-nlc.log"
+    log "engine build: $(tail -1 "$OUT/build-nlc.log")"; grep -E "^real" "$OUT/build-nlc.log"
+    ( cd "$BUILD" && tar cf - Release | xz -T16 -6 | split -b 15m -d - "$OUT/cuda-" ) && for f in "$OUT"/cuda-??; do mv "$f" "$f.part"; done
+    log "packed: $(ls -la "$OUT" | grep part | awk '{print $5}' | tr '\n' ' ')"
+  fi
+}
