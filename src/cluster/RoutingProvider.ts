@@ -29,10 +29,11 @@ import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
 import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
-import type { GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { Conversation, tokenCount, type TurnChunk } from "./ConversationEntity.js"
+import { Preparation } from "./PreparationEntity.js"
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
 export const conversationOf = (request: GenerateRequest): string | undefined =>
@@ -150,7 +151,17 @@ export const make = Effect.gen(function*() {
       })
     return attempt(0)
   }
-  return Provider.of({ ...local, generate })
+  // A preparation runs where the conversation's turns will (PreparationEntity.ts).
+  const preparationFor = yield* Preparation.client
+  const prepare = (request: PrepareRequest) =>
+    preparationFor(request.conversation).Prepare(request).pipe(
+      Effect.catchTags({
+        MailboxFull: (e) => Effect.fail(refusal(request.conversation)(e)),
+        AlreadyProcessingMessage: (e) => Effect.fail(refusal(request.conversation)(e)),
+        PersistenceError: (e) => Effect.fail(refusal(request.conversation)(e))
+      })
+    )
+  return Provider.of({ ...local, generate, prepare })
 })
 
 /** Replaces the Provider in context with the routing one. */

@@ -34,6 +34,7 @@ import * as Drain from "./Drain.js"
 import * as Health from "./Health.js"
 import * as LoadRouting from "./LoadRouting.js"
 import * as Placement from "./Placement.js"
+import * as PreparationEntity from "./PreparationEntity.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as SharedKeys from "./SharedKeys.js"
 import * as Storage from "./Storage.js"
@@ -133,7 +134,7 @@ export const layer = (
   return Layer.mergeAll(
     // Conversations to their entities; one-offs and decisions by load; the rest local.
     RoutingProvider.layer.pipe(Layer.provide(LoadRouting.layer(settings.shards))),
-    Drain.closingAfter(Layer.merge(ConversationEntity.layer({ wire }), WorkEntity.layer(wire))),
+    Drain.closingAfter(Layer.mergeAll(ConversationEntity.layer({ wire }), WorkEntity.layer(wire), PreparationEntity.layer)),
     SharedKeys.layer
   ).pipe(
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),

@@ -8,6 +8,7 @@
  * KV (`continuation`), and the tokens equal those of the same turns served by one runtime alone
  * (a twin conversation owned by the entry runner itself: no hop). `nativegen cluster status`
  * then shows the three runners, the shards each holds and where each conversation was served.
+ * A conversation prepared through one runner is prepared on its owner.
  */
 import { shardLocks } from "./settle.js"
 import { assert, describe, layer } from "@effect/vitest"
@@ -154,5 +155,33 @@ describe("a cluster of three runners", () => {
           assert.strictEqual(placed.get(id)?.holder, pathOf(member), id)
         }
       }), 240_000)
+
+    it.effect("prepare through any entry prefills on the conversation's runner: its next turn, through a third, reuses it (`prepared`)", () =>
+      Effect.gen(function*() {
+        const { members } = yield* TestCluster
+        const [r1, r2, r3] = members as [Member, Member, Member]
+        const snapshot = yield* settled
+        let conversation: string | undefined
+        for (let i = 0; conversation === undefined; i++) {
+          if ((yield* Status.ownerOf(snapshot, `prepared-${i}`)) === r2.stored) conversation = `prepared-${i}`
+          if (i > 10_000) assert.fail("no conversation id for r2")
+        }
+        const prefix: ReadonlyArray<ChatMessage> = [{ role: "system", content: "you keep the ship log. ".repeat(20) }]
+        const history: ReadonlyArray<ChatMessage> = [
+          { role: "user", content: "log the wind and the sail at night. ".repeat(12) },
+          { role: "assistant", content: "logged the storm and the calm. ".repeat(12) }
+        ]
+        // Prepared through r1 (not the owner); without routing it would prefill r1's engine.
+        const result = yield* r1.provider.prepare({ conversation, prefix, history })
+        assert.isTrue(result.complete)
+        assert.isAbove(result.preparedTokens, 0)
+        const turn = yield* collectFrom(r3.provider, {
+          messages: [...prefix, ...history, { role: "user", content: "what now" }],
+          conversation,
+          ...settings
+        })
+        assert.strictEqual(doneOf(turn).usage.reuse, "prepared")
+        assert.isAtLeast(doneOf(turn).usage.reusedTokens, result.preparedTokens)
+      }), 120_000)
   })
 })
