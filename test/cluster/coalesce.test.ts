@@ -21,6 +21,7 @@ import { coalesce } from "../../src/cluster/Coalesce.js"
 import { stamp, type TurnChunk } from "../../src/cluster/ConversationEntity.js"
 import { exactlyOnce } from "../../src/cluster/RoutingProvider.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
+import { done, text } from "./chunks.js"
 
 /** Runs `stream` in the background; each chunk it emits goes to the returned queue, then its exit. */
 const drive = <A, E>(stream: Stream.Stream<A, E>) =>
@@ -84,13 +85,6 @@ describe("coalescing a turn's chunks", () => {
       assert.isTrue(Exit.isSuccess(yield* Fiber.await(fiber)))
     }), 10_000)
 
-  const text = (tokens: ReadonlyArray<number>): GenerateChunk => ({ _tag: "Text", channel: "answer", text: tokens.join(" "), tokens })
-  const done: GenerateChunk = {
-    _tag: "Done",
-    stopReason: "maxTokens",
-    usage: { promptTokens: 3, reusedTokens: 0, generatedTokens: 0, reuse: "cold" },
-    timings: { queueMillis: 0, firstTokenMillis: 0, decodeTokensPerSecond: 0, totalMillis: 0 }
-  }
   /** Engine batches of a turn (texts of 0 to 4 tokens, then Done), each with the ms before it comes. */
   const engine = fc.array(fc.tuple(fc.array(fc.nat({ max: 50_000 }), { maxLength: 4 }), fc.integer({ min: 0, max: 12 })), {
     minLength: 1,

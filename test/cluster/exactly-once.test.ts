@@ -18,14 +18,8 @@ import * as fc from "effect/FastCheck"
 import { stamp, tokenCount, type TurnChunk } from "../../src/cluster/ConversationEntity.js"
 import { exactlyOnce, runnerLost } from "../../src/cluster/RoutingProvider.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
+import { done, text } from "./chunks.js"
 
-const text = (tokens: ReadonlyArray<number>): GenerateChunk => ({ _tag: "Text", channel: "answer", text: tokens.join(" "), tokens })
-const done: GenerateChunk = {
-  _tag: "Done",
-  stopReason: "maxTokens",
-  usage: { promptTokens: 3, reusedTokens: 0, generatedTokens: 0, reuse: "cold" },
-  timings: { queueMillis: 0, firstTokenMillis: 0, decodeTokensPerSecond: 0, totalMillis: 0 }
-}
 
 /** A turn's chunks: texts of 0 to 4 tokens each, then Done. */
 const turnChunks = fc.array(fc.array(fc.nat({ max: 50_000 }), { maxLength: 4 }), { maxLength: 12 })
