@@ -63,7 +63,12 @@ build_cuda_where_missing() {
     log "engine build: start"
     ( time timeout 420 node bin/nativegen.js engine build --gpu cuda ) > "$OUT/build-nlc.log" 2>&1; echo "rc=$?" >> "$OUT/build-nlc.log"
     log "engine build: $(tail -1 "$OUT/build-nlc.log")"; grep -E "^real" "$OUT/build-nlc.log"
-    ( cd "$BUILD" && tar cf - Release | xz -T16 -6 | split -b 15m -d - "$OUT/cuda-" ) && for f in "$OUT"/cuda-??; do mv "$f" "$f.part"; done
-    log "packed: $(ls -la "$OUT" | grep part | awk '{print $5}' | tr '\n' ' ')"
+    pack_cuda_build
   fi
+}
+
+# The CUDA binding (and the record of nativegen's patches it was built with) as cuda-*.part in $OUT.
+pack_cuda_build() {
+  ( cd "$BUILD" && tar cf - Release $(ls nativegen-patches.json 2>/dev/null) | xz -T16 -6 | split -b 15m -d - "$OUT/cuda-" ) && for f in "$OUT"/cuda-??; do mv "$f" "$f.part"; done
+  log "packed: $(ls -la "$OUT" | grep part | awk '{print $5}' | tr '\n' ' ')"
 }

@@ -1,7 +1,8 @@
 /**
  * `nativegen engine build [--gpu cuda|vulkan|cpu]`: builds llama.cpp for this machine, offline,
  * from the source node-llama-cpp ships (`llama/gitRelease.bundle`), with node-llama-cpp's own
- * `source download --skipBuild` and `source build` (CMake, a C++ compiler and, for CUDA, the CUDA
+ * `source download --skipBuild`, nativegen's patches (EngineBuilds: `patches/llama.cpp/`) and
+ * `source build` (CMake, a C++ compiler and, for CUDA, the CUDA
  * toolkit; for CUDA the build targets the GPUs present, GGML_NATIVE). The build is kept where
  * node-llama-cpp keeps local builds (`node_modules/node-llama-cpp/llama/localBuilds/<platform>-<gpu>`),
  * and engine children find it there: node-llama-cpp loads a local build of the asked backend
@@ -15,11 +16,18 @@ import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
-import { createRequire } from "node:module"
 import * as Path from "node:path"
-
-const gpus = ["cuda", "vulkan", "cpu"] as const
-export type BuildGpu = typeof gpus[number]
+import {
+  applySourcePatch,
+  buildDirectory,
+  type BuildGpu,
+  buildGpus,
+  nodeLlamaCppDirectory,
+  recordPatches,
+  sourceDirectory,
+  type SourcePatch,
+  sourcePatches
+} from "../native/EngineBuilds.js"
 
 /** A build step exited non-zero (its output went to the terminal). */
 export class EngineBuildFailed extends Data.TaggedError("EngineBuildFailed")<{
@@ -31,45 +39,27 @@ export class EngineBuildFailed extends Data.TaggedError("EngineBuildFailed")<{
   }
 }
 
-/** Whether `dir` holds node-llama-cpp's package.json. */
-const isPackageDirectory = (dir: string): boolean => {
-  try {
-    const pkg: { name?: unknown } = JSON.parse(Fs.readFileSync(Path.join(dir, "package.json"), "utf8"))
-    return pkg.name === "node-llama-cpp"
-  } catch {
-    return false
-  }
-}
-
-/**
- * node-llama-cpp's package directory, found from its resolved entry by its package.json (a path
- * only: nothing is loaded). Not by the source bundle: an installation whose source is already
- * unpacked (or was copied without the bundle) has none.
- */
-export const nodeLlamaCppDirectory = (): string => {
-  let dir = Path.dirname(createRequire(import.meta.url).resolve("node-llama-cpp"))
-  while (!isPackageDirectory(dir) && dir !== Path.dirname(dir)) dir = Path.dirname(dir)
-  return dir
-}
-
 export interface BuildStep {
   readonly name: string
   readonly args: ReadonlyArray<string>
 }
 
-/** The steps: the source from the shipped bundle when not yet there, then the build for `gpu`. */
-export const buildSteps = (gpu: BuildGpu, packageDir: string): ReadonlyArray<BuildStep> => {
-  const cli = Path.join(packageDir, "dist", "cli", "cli.js")
-  const sourcePresent = Fs.existsSync(Path.join(packageDir, "llama", "llama.cpp", ".git"))
-  return [
-    ...(sourcePresent ? [] : [{ name: "source download", args: [cli, "source", "download", "--skipBuild", "--noUsageExample"] }]),
-    { name: "source build", args: [cli, "source", "build", "--gpu", gpu === "cpu" ? "false" : gpu, "--noUsageExample"] }
-  ]
-}
+const cliOf = (packageDir: string): string => Path.join(packageDir, "dist", "cli", "cli.js")
 
-/** Where node-llama-cpp puts the build of `gpu` on this platform. */
-export const buildDirectory = (gpu: BuildGpu, packageDir: string): string =>
-  Path.join(packageDir, "llama", "localBuilds", `${process.platform}-${process.arch}${gpu === "cpu" ? "" : `-${gpu}`}`)
+/** The source from the shipped bundle, when it is not unpacked yet. */
+export const downloadSteps = (packageDir: string): ReadonlyArray<BuildStep> =>
+  Fs.existsSync(Path.join(sourceDirectory(packageDir), ".git"))
+    ? []
+    : [{ name: "source download", args: [cliOf(packageDir), "source", "download", "--skipBuild", "--noUsageExample"] }]
+
+/** The build for `gpu`, from the (patched) source. */
+export const compileStep = (gpu: BuildGpu, packageDir: string): BuildStep => ({
+  name: "source build",
+  args: [cliOf(packageDir), "source", "build", "--gpu", gpu === "cpu" ? "false" : gpu, "--noUsageExample"]
+})
+
+/** nativegen's patches that belong in a build for `gpu`. */
+export const patchesFor = (gpu: BuildGpu): ReadonlyArray<SourcePatch> => sourcePatches.filter((patch) => patch.gpus.includes(gpu))
 
 const runStep = (step: BuildStep) =>
   Effect.async<void, EngineBuildFailed>((resume) => {
@@ -91,14 +81,25 @@ const runStep = (step: BuildStep) =>
 export const build = (settings: { readonly gpu: BuildGpu; readonly dryRun: boolean }) =>
   Effect.gen(function*() {
     const packageDir = nodeLlamaCppDirectory()
-    const steps = buildSteps(settings.gpu, packageDir)
+    const downloads = downloadSteps(packageDir)
+    const patches = patchesFor(settings.gpu)
+    const compile = compileStep(settings.gpu, packageDir)
     const target = buildDirectory(settings.gpu, packageDir)
+    const show = (step: BuildStep) => Console.log([process.execPath, ...step.args].join(" "))
     if (settings.dryRun) {
-      for (const step of steps) yield* Console.log([process.execPath, ...step.args].join(" "))
+      yield* Effect.forEach(downloads, show, { discard: true })
+      for (const patch of patches) yield* Console.log(`# apply nativegen's patch ${patch.name} to ${sourceDirectory(packageDir)}`)
+      yield* show(compile)
       return yield* Console.log(`# the build would be kept in ${target}`)
     }
     const started = Date.now()
-    yield* Effect.forEach(steps, runStep, { discard: true })
+    yield* Effect.forEach(downloads, runStep, { discard: true })
+    for (const patch of patches) {
+      const outcome = yield* applySourcePatch(patch, sourceDirectory(packageDir))
+      yield* Console.log(`engine build: patch ${patch.name} ${outcome}`)
+    }
+    yield* runStep(compile)
+    yield* recordPatches(target, patches.map((patch) => patch.name))
     yield* Console.log(
       `engine build (${settings.gpu}) done in ${Math.round((Date.now() - started) / 1000)} s: ${target}; ` +
         `serve --backend ${settings.gpu === "cpu" ? "cpu" : `${settings.gpu} (or auto)`} uses it`
@@ -106,7 +107,7 @@ export const build = (settings: { readonly gpu: BuildGpu; readonly dryRun: boole
   })
 
 export const buildCommand = Command.make("build", {
-  gpu: Options.choice("gpu", gpus).pipe(
+  gpu: Options.choice("gpu", buildGpus).pipe(
     Options.withDescription("Backend to build llama.cpp for (cpu: a build tuned for this machine's CPU)"),
     Options.withDefault("cuda" as const)
   ),

@@ -189,9 +189,13 @@ export const runtimeOptions = (settings: ServeSettings, backend: Backend) =>
     const prefillChunk = yield* Config.integer("NATIVEGEN_WORKER_PREFILL_CHUNK").pipe(
       Config.withDefault(defaultPrefillChunk(backend, child.batchSize))
     )
-    // ggml's CUDA graphs stay off in CUDA children unless asked for (ChildEnvironment.backendDefaults).
-    const cudaGraphs = yield* Config.boolean("NATIVEGEN_CUDA_GRAPHS").pipe(Config.withDefault(false))
-    const childEnv = cudaGraphs ? { GGML_CUDA_DISABLE_GRAPHS: "0" } : {}
+    // ggml's CUDA graphs in CUDA children: on where the CUDA build carries nativegen's graph patch, else
+    // off (ChildEnvironment.backendDefaults); NATIVEGEN_CUDA_GRAPHS=true or false decides instead.
+    const cudaGraphs = yield* Config.option(Config.boolean("NATIVEGEN_CUDA_GRAPHS"))
+    const childEnv = Option.match(cudaGraphs, {
+      onNone: () => ({}),
+      onSome: (on) => ({ GGML_CUDA_DISABLE_GRAPHS: on ? "0" : "1" })
+    })
     const options: Partial<Runtime.RuntimeOptions> = {
       store,
       admission: {

@@ -5,6 +5,7 @@
  * both sides; imports nothing native.
  */
 import { type ChildSettings, childSettingsToEnv } from "./ChildSettings.js"
+import { buildDirectory, cudaGraphsPatch, patchesOf } from "./EngineBuilds.js"
 
 /**
  * Host variables a child inherits by exact name: the executable search path and user basics,
@@ -54,13 +55,21 @@ export const isInherited = (name: string): boolean =>
 
 /**
  * Driver settings a backend needs in its children, before `childEnv` (which may change them).
- * CUDA: ggml's CUDA graphs off. With them on, a CUDA build for sm_90 on an H200 aborted with
- * "an illegal instruction was encountered" whenever ggml captured a graph of a multi-token batch
- * (two consecutive calls of the same shape in the same KV window: 64- and 128-token prefill chunks
- * abort, 256 and more do not; docs/gpu.md); with them off the same suites pass.
+ * CUDA: ggml's CUDA graphs off, unless the CUDA build in use carries nativegen's graph patch
+ * (`buildPatches`, EngineBuilds). Unpatched, a CUDA build for sm_90 on an H200 aborted with "an
+ * illegal instruction was encountered" whenever ggml captured a graph of a multi-token batch (two
+ * consecutive calls of the same shape in the same KV window: 64- and 128-token prefill chunks abort,
+ * 256 and more do not; docs/gpu.md); the patch captures single-token batches (decode steps) only.
  */
-export const backendDefaults = (backend: ChildSettings["backend"]): Readonly<Record<string, string>> =>
-  backend === "cuda" ? { GGML_CUDA_DISABLE_GRAPHS: "1" } : {}
+export const backendDefaults = (
+  backend: ChildSettings["backend"],
+  buildPatches: ReadonlyArray<string>
+): Readonly<Record<string, string>> =>
+  backend === "cuda" && !buildPatches.includes(cudaGraphsPatch) ? { GGML_CUDA_DISABLE_GRAPHS: "1" } : {}
+
+/** The patches of the local build a child of `backend` loads (a CUDA child: the CUDA build's; others: none that matter). */
+export const localBuildPatches = (backend: ChildSettings["backend"]): ReadonlyArray<string> =>
+  backend === "cuda" ? patchesOf(buildDirectory("cuda")) : []
 
 /**
  * ggml switches CUDA graphs off when GGML_CUDA_DISABLE_GRAPHS is present at all, whatever its
@@ -80,18 +89,20 @@ const withoutGraphsOffByZero = (env: Record<string, string>): Record<string, str
  * variable the operator set, e.g. GGML_CUDA_DISABLE_GRAPHS=0, wins over the default), then
  * `childEnv` (which may add or replace variables), then the settings and `fixed` (which
  * `childEnv` cannot override). GGML_CUDA_DISABLE_GRAPHS=0 leaves the variable out (graphs on).
+ * `buildPatches`: those of the build the child will load (read from its record by default).
  */
 export const childEnvironment = (
   host: Readonly<Record<string, string | undefined>>,
   settings: ChildSettings,
   childEnv: Readonly<Record<string, string>> = {},
-  fixed: Readonly<Record<string, string>> = {}
+  fixed: Readonly<Record<string, string>> = {},
+  buildPatches: ReadonlyArray<string> = localBuildPatches(settings.backend)
 ): Record<string, string> => {
   const inherited = Object.entries(host).filter((entry): entry is [string, string] =>
     entry[1] !== undefined && isInherited(entry[0])
   )
   return withoutGraphsOffByZero({
-    ...backendDefaults(settings.backend),
+    ...backendDefaults(settings.backend, buildPatches),
     ...Object.fromEntries(inherited),
     ...childEnv,
     ...childSettingsToEnv(settings),

@@ -520,9 +520,10 @@ describe("serve's runtime settings", () => {
       assert.strictEqual(onCuda.worker?.prefillChunk, 512)
       const configured = ConfigProvider.fromMap(new Map([["NATIVEGEN_WORKER_PREFILL_CHUNK", "128"]]))
       assert.strictEqual((yield* Effect.withConfigProvider(runtimeOptions(settings, "cuda"), configured)).worker?.prefillChunk, 128)
-      // CUDA graphs: off in children by default (no childEnv), on with NATIVEGEN_CUDA_GRAPHS.
+      // CUDA graphs: the build decides by default (no childEnv); NATIVEGEN_CUDA_GRAPHS turns them on or off.
       assert.deepStrictEqual(onCuda.worker?.childEnv, {})
-      const graphs = ConfigProvider.fromMap(new Map([["NATIVEGEN_CUDA_GRAPHS", "true"]]))
-      assert.deepStrictEqual((yield* Effect.withConfigProvider(runtimeOptions(settings, "cuda"), graphs)).worker?.childEnv, { GGML_CUDA_DISABLE_GRAPHS: "0" })
+      const graphs = (value: string) => ConfigProvider.fromMap(new Map([["NATIVEGEN_CUDA_GRAPHS", value]]))
+      assert.deepStrictEqual((yield* Effect.withConfigProvider(runtimeOptions(settings, "cuda"), graphs("true"))).worker?.childEnv, { GGML_CUDA_DISABLE_GRAPHS: "0" })
+      assert.deepStrictEqual((yield* Effect.withConfigProvider(runtimeOptions(settings, "cuda"), graphs("false"))).worker?.childEnv, { GGML_CUDA_DISABLE_GRAPHS: "1" })
     }))
 })

@@ -7,6 +7,7 @@ import { assert, describe, it } from "@effect/vitest"
 import * as Effect from "effect/Effect"
 import * as BackendProbe from "../../src/native/BackendProbe.js"
 import { backendDefaults, childEnvironment } from "../../src/native/ChildEnvironment.js"
+import { cudaGraphsPatch } from "../../src/native/EngineBuilds.js"
 import { defaultChildSettings } from "../../src/native/ChildSettings.js"
 
 const settings = { ...defaultChildSettings, threads: 1 }
@@ -50,25 +51,29 @@ describe("backend selection", () => {
       for (const o of selection.outcomes) assert.notStrictEqual(BackendProbe.describeOutcome(o), "")
     }), 120_000)
 
-  it("CUDA children get ggml's CUDA graphs off, which childEnv or the operator's own variable may change; other backends and the host get nothing", () => {
+  it("CUDA children of an unpatched build get ggml's CUDA graphs off, which childEnv or the operator's own variable may change; other backends and the host get nothing", () => {
     const host = { PATH: "/usr/bin" }
-    assert.strictEqual(childEnvironment(host, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS, "1")
+    const cuda = { ...settings, backend: "cuda" as const }
+    const unpatched: ReadonlyArray<string> = []
+    assert.strictEqual(childEnvironment(host, cuda, {}, {}, unpatched).GGML_CUDA_DISABLE_GRAPHS, "1")
     // ggml reads the variable's presence, not its value: "0" turns graphs on by leaving it out.
-    assert.notProperty(childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "0" }), "GGML_CUDA_DISABLE_GRAPHS")
+    assert.notProperty(childEnvironment(host, cuda, { GGML_CUDA_DISABLE_GRAPHS: "0" }, {}, unpatched), "GGML_CUDA_DISABLE_GRAPHS")
     // An operator who sets it in the server's environment (to measure graphs on, say) gets it.
-    assert.notProperty(
-      childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "0" }, { ...settings, backend: "cuda" }),
-      "GGML_CUDA_DISABLE_GRAPHS"
-    )
-    assert.notProperty(childEnvironment(host, { ...settings, backend: "cuda" }, { GGML_CUDA_DISABLE_GRAPHS: "" }), "GGML_CUDA_DISABLE_GRAPHS")
-    assert.strictEqual(
-      childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "yes" }, { ...settings, backend: "cuda" }).GGML_CUDA_DISABLE_GRAPHS,
-      "yes"
-    )
+    assert.notProperty(childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "0" }, cuda, {}, {}, unpatched), "GGML_CUDA_DISABLE_GRAPHS")
+    assert.notProperty(childEnvironment(host, cuda, { GGML_CUDA_DISABLE_GRAPHS: "" }, {}, unpatched), "GGML_CUDA_DISABLE_GRAPHS")
+    assert.strictEqual(childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "yes" }, cuda, {}, {}, unpatched).GGML_CUDA_DISABLE_GRAPHS, "yes")
     assert.isUndefined(childEnvironment(host, { ...settings, backend: "cpu" }).GGML_CUDA_DISABLE_GRAPHS)
     // llama.cpp's own variables (LLAMA_GRAPH_REUSE_DISABLE...) reach the children.
-    assert.strictEqual(childEnvironment({ ...host, LLAMA_GRAPH_REUSE_DISABLE: "1" }, { ...settings, backend: "cuda" }).LLAMA_GRAPH_REUSE_DISABLE, "1")
-    assert.deepStrictEqual(backendDefaults("vulkan"), {})
+    assert.strictEqual(childEnvironment({ ...host, LLAMA_GRAPH_REUSE_DISABLE: "1" }, cuda).LLAMA_GRAPH_REUSE_DISABLE, "1")
+    assert.deepStrictEqual(backendDefaults("vulkan", []), {})
     assert.isUndefined(process.env.GGML_CUDA_DISABLE_GRAPHS)
+  })
+
+  it("a CUDA build that carries nativegen's graph patch runs with graphs on, unless the operator turns them off", () => {
+    const host = { PATH: "/usr/bin" }
+    const cuda = { ...settings, backend: "cuda" as const }
+    assert.notProperty(childEnvironment(host, cuda, {}, {}, [cudaGraphsPatch]), "GGML_CUDA_DISABLE_GRAPHS")
+    assert.strictEqual(childEnvironment(host, cuda, { GGML_CUDA_DISABLE_GRAPHS: "1" }, {}, [cudaGraphsPatch]).GGML_CUDA_DISABLE_GRAPHS, "1")
+    assert.strictEqual(childEnvironment({ ...host, GGML_CUDA_DISABLE_GRAPHS: "1" }, cuda, {}, {}, [cudaGraphsPatch]).GGML_CUDA_DISABLE_GRAPHS, "1")
   })
 })

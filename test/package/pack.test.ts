@@ -235,6 +235,13 @@ console.log(JSON.stringify(chunks))
         const version = yield* exec("npx", ["--no", "--", "nativegen", "--version"], { cwd: installed.app, env: installed.env })
           .pipe(Effect.flatMap(succeeded("nativegen --version")))
         assert.strictEqual(version.stdout.trim(), ours.version)
+        // The engine build applies the patches the package ships (dry run: the steps, nothing built).
+        const engineBuild = yield* exec("npx", ["--no", "--", "nativegen", "engine", "build", "--gpu", "cuda", "--dry-run"], {
+          cwd: installed.app,
+          env: installed.env
+        }).pipe(Effect.flatMap(succeeded("nativegen engine build --dry-run")))
+        assert.include(engineBuild.stdout, "apply nativegen's patch cuda-graphs-single-token")
+        assert.isTrue(Fs.existsSync(Path.join(installed.app, "node_modules", "nativegen", "patches", "llama.cpp", "cuda-graphs-single-token.diff")))
 
         const socket = Path.join(installed.dir, "run", "s.sock")
         const env = { ...installed.env, NATIVEGEN_SOCKET: socket, NATIVEGEN_STORE_ROOT: Path.join(installed.dir, "serve-store") }
