@@ -58,15 +58,17 @@ export const referenceChatTokens = async (
 
 /**
  * Teacher-forced log-likelihood of each label after `prompt`, with the prompt evaluated in one
- * call (one batch): the unchunked result that chunked decision scoring is compared with.
+ * call (one batch): the unchunked result that chunked decision scoring is compared with. On the
+ * CPU by default; `gpu` evaluates on that backend (test:gpu: the engine's own figure on a GPU).
  */
 export const referenceLabelLogLikelihoods = async (
   modelPath: string,
   prompt: ReadonlyArray<number>,
   labels: ReadonlyArray<string>,
-  contextSize = 1024
+  contextSize = 1024,
+  gpu: false | "cuda" | "vulkan" | "metal" = false
 ): Promise<Map<string, number>> => {
-  const llama = await getLlama({ build: "never", gpu: false, maxThreads: 1 })
+  const llama = await getLlama({ build: "never", gpu, maxThreads: 1 })
   const model = await llama.loadModel({ modelPath })
   const context = await model.createContext({ contextSize, threads: 1, batchSize: contextSize })
   try {
