@@ -7,9 +7,9 @@
  */
 import * as Effect from "effect/Effect"
 import * as Fs from "node:fs"
-import { createRequire } from "node:module"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { nodeLlamaCppDirectory } from "../EngineBuilds.js"
 import { DeviceInfo, HelloInfo, MemoryReading, PROTOCOL_VERSION } from "../Protocol.js"
 import type { Native } from "./Llama.js"
 import * as NvidiaSmi from "./NvidiaSmi.js"
@@ -19,18 +19,14 @@ export interface Inventory {
   readonly memory: Effect.Effect<MemoryReading>
 }
 
-/** node-llama-cpp's version, from the package.json above its resolved entry (it exports no subpath for it). */
+/** node-llama-cpp's version, from its package.json (it exports no subpath for it). */
 const packageVersion = (): string => {
-  let dir = Path.dirname(createRequire(import.meta.url).resolve("node-llama-cpp"))
-  while (dir !== Path.dirname(dir)) {
-    const file = Path.join(dir, "package.json")
-    if (Fs.existsSync(file)) {
-      const pkg: { name?: string; version?: string } = JSON.parse(Fs.readFileSync(file, "utf8"))
-      if (pkg.name === "node-llama-cpp" && pkg.version !== undefined) return pkg.version
-    }
-    dir = Path.dirname(dir)
+  try {
+    const pkg: { version?: unknown } = JSON.parse(Fs.readFileSync(Path.join(nodeLlamaCppDirectory(), "package.json"), "utf8"))
+    return typeof pkg.version === "string" ? pkg.version : "unknown"
+  } catch {
+    return "unknown"
   }
-  return "unknown"
 }
 
 export const make = ({ llama, threads }: Native): Inventory => ({
