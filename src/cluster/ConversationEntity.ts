@@ -1,12 +1,15 @@
 /**
  * The conversation entity: one per conversation id, living on the runner whose shard holds the
  * id, so every turn of a conversation runs where its KV is. `Turn` runs a generation on that
- * runner's own Provider and streams its chunks, each stamped with the turn's id, its ordinal
- * (`index`) and the ordinal of its first generated token (`seq`), so the entry runner can prove
- * that what it passes on is one unbroken stream (RoutingProvider). Turns are volatile messages
- * (not persisted): a turn is never replayed from storage. The chunks go as the runtime batches
- * them, coalesced for the wire (Coalesce.ts): the first at once, then each message carries every
- * chunk ready when it leaves (and, with a hold, what comes within it).
+ * runner's own Provider and pushes its chunks straight to the entry runner's sink (ChunkChannel),
+ * each stamped with the turn's id, its ordinal (`index`) and the ordinal of its first generated
+ * token (`seq`), so the entry runner can prove that what it passes on is one unbroken stream
+ * (RoutingProvider); it answers once they are all pushed. Turns are volatile messages (not
+ * persisted): a turn is never replayed from storage. The chunks go as the runtime batches them,
+ * coalesced for the wire (Coalesce.ts): the first at once, then each push carries every chunk
+ * ready when it leaves (and, with a hold, what comes within it). Since a turn is a
+ * request-response call, an entity that closes while one runs (its shard moving to a joining
+ * runner) waits for it to end instead of cutting it.
  *
  * A conversation outlives its runner: each turn's messages and reply are recorded under the
  * checkpoint it ended with (Transcripts). When a turn comes with a checkpoint this runner cannot
@@ -26,46 +29,27 @@ import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { type ChatMessage, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { replyOf } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
+import { pushTo, TurnEnd, TurnPusher } from "./ChunkChannel.js"
 import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
 import { Transcripts } from "./Transcripts.js"
-
-/** One chunk of a turn with its place in the turn. */
-export const TurnChunk = Schema.Struct({
-  /** The turn's id (made by the entry runner). */
-  turn: Schema.String,
-  /** The chunk's ordinal in the turn, from 0. */
-  index: Schema.NonNegativeInt,
-  /** The ordinal of the chunk's first generated token in the turn, from 0 (tokens before it: `seq`). */
-  seq: Schema.NonNegativeInt,
-  chunk: GenerateChunk
-})
-export type TurnChunk = typeof TurnChunk.Type
-
-/** The generated tokens a chunk carries. */
-export const tokenCount = (chunk: GenerateChunk): number => chunk._tag === "Done" ? 0 : chunk.tokens.length
+import { stamp } from "./TurnChunk.js"
 
 export const Conversation = Entity.make("Conversation", [
+  /** A turn: its chunks are pushed to `sink` (the entry's, ChunkChannel) while it runs; it answers when they all are. */
   Rpc.make("Turn", {
-    payload: { turn: Schema.String, request: GenerateRequest },
-    success: TurnChunk,
-    error: ProviderError,
-    stream: true
+    payload: { turn: Schema.String, request: GenerateRequest, sink: RunnerAddress },
+    success: TurnEnd,
+    error: ProviderError
   })
 ])
-
-/** Stamps a turn's chunks with their index and first token's seq. */
-export const stamp = (turn: string) => <E, R>(chunks: Stream.Stream<GenerateChunk, E, R>): Stream.Stream<TurnChunk, E, R> =>
-  Stream.mapAccum(chunks, { index: 0, seq: 0 }, (at, chunk) => [
-    { index: at.index + 1, seq: at.seq + tokenCount(chunk) },
-    { turn, index: at.index, seq: at.seq, chunk }
-  ])
 
 /** Whether a turn's messages carry the conversation's history (an assistant message), not only the new turn. */
 const holdsHistory = (messages: ReadonlyArray<ChatMessage>) => messages.some((m) => m.role === "assistant")
@@ -93,6 +77,7 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
       yield* placement.record(entityId)
       const transcripts = yield* Transcripts
       const drain = yield* Drain
+      const pusher = yield* TurnPusher
 
       /**
        * A turn computed from `messages` (its history and the new turn), whose Done chunk goes out
@@ -139,7 +124,9 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
 
       return {
         Turn: ({ address, payload }) =>
-          drain.track(Stream.suspend(() => turn(address.entityId, payload.request).pipe(stamp(payload.turn), coalesce(wire))))
+          drain.track(Stream.suspend(() => turn(address.entityId, payload.request).pipe(stamp(payload.turn), coalesce(wire)))).pipe(
+            pushTo(pusher, payload.sink, payload.turn, `conversation ${address.entityId}`)
+          )
       }
     }),
     { maxIdleTime: options.maxIdleTime ?? "10 minutes", concurrency: 1 }

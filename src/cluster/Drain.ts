@@ -10,8 +10,10 @@
  * no one-off is sent to it. A stream still running after the bound is cut as before (the entry
  * turns that into a typed `GenerationFailed`).
  *
- * Not covered: a shard that moves while its runner stays (a runner joined) closes its entities
- * through the same path without a stop to wait on; a turn streaming there is cut after the timeout.
+ * Conversation turns and one-off generations no longer stream as entity replies (ChunkChannel:
+ * their chunks are pushed to the entry, and the entity call answers at the end), so closing an
+ * entity waits for them without any ack; the drain still bounds a stop and keeps one-offs away
+ * from a stopping runner.
  */
 import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"

@@ -26,6 +26,7 @@ import { EngineUnavailable } from "../domain/EngineError.js"
 import type { DecideRequest, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
+import { receive, TurnSink } from "./ChunkChannel.js"
 import { Loads, pending, type RunnerLoad } from "./Load.js"
 import { conversationOf, exactlyOnce } from "./RoutingProvider.js"
 import { idsByShard, Work } from "./WorkEntity.js"
@@ -119,6 +120,7 @@ export const make = (shards: number) =>
     const loads = yield* Loads
     const sharding = yield* Sharding
     const clientFor = yield* Work.client
+    const sink = yield* TurnSink
     const ids = idsByShard(sharding, shards)
     const ledger = makeLedger()
     const known = ledger.known
@@ -144,7 +146,7 @@ export const make = (shards: number) =>
         if (to === undefined) return local.generate(request)
         const turn = Crypto.randomUUID()
         yield* Effect.acquireRelease(start(to.address, turn), () => end(to.address, turn))
-        return clientFor(to.id).Generate({ turn, request }).pipe(
+        return receive(sink, turn, (at) => clientFor(to.id).Generate({ turn, request, sink: at })).pipe(
           Stream.catchTags({
             MailboxFull: (e) => Stream.fail(refusal("a generation")(e)),
             AlreadyProcessingMessage: (e) => Stream.fail(refusal("a generation")(e)),
@@ -176,5 +178,5 @@ export const make = (shards: number) =>
   })
 
 /** Replaces the Provider in context with one that sends one-offs and decisions by load. */
-export const layer = (shards: number): Layer.Layer<Provider, never, Provider | Loads | Sharding> =>
+export const layer = (shards: number): Layer.Layer<Provider, never, Provider | Loads | Sharding | TurnSink> =>
   Layer.effect(Provider, make(shards))

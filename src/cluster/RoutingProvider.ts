@@ -32,7 +32,9 @@ import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { Conversation, tokenCount, type TurnChunk } from "./ConversationEntity.js"
+import { receive, TurnSink } from "./ChunkChannel.js"
+import { Conversation } from "./ConversationEntity.js"
+import { tokenCount, type TurnChunk } from "./TurnChunk.js"
 import { Preparation } from "./PreparationEntity.js"
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
@@ -106,6 +108,7 @@ const refusal = (conversation: string) =>
 export const make = Effect.gen(function*() {
   const local = yield* Provider
   const clientFor = yield* Conversation.client
+  const sink = yield* TurnSink
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
     const conversation = conversationOf(request)
     if (conversation === undefined) return local.generate(request)
@@ -114,7 +117,7 @@ export const make = Effect.gen(function*() {
         const turn = Crypto.randomUUID()
         let chunks = 0
         let delivered = 0
-        return clientFor(conversation).Turn({ turn, request }).pipe(
+        return receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at })).pipe(
           Stream.catchTags({
             MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
             AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
@@ -165,4 +168,4 @@ export const make = Effect.gen(function*() {
 })
 
 /** Replaces the Provider in context with the routing one. */
-export const layer: Layer.Layer<Provider, never, Provider | Sharding.Sharding> = Layer.effect(Provider, make)
+export const layer: Layer.Layer<Provider, never, Provider | Sharding.Sharding | TurnSink> = Layer.effect(Provider, make)

@@ -8,6 +8,7 @@
  *
  *   servers <- routing Provider <- load routing (Load.ts: the runners' loads, probed) <- Sharding
  *           <- Conversation entity, Work entity <- local Provider (the runtime)
+ *   turns' chunks: owner's entity -> pusher -> entry's sink -> routing Provider (ChunkChannel.ts)
  *   Sharding <- transport, storage, health, ShardingConfig
  */
 import * as MessageStorage from "@effect/cluster/MessageStorage"
@@ -29,6 +30,7 @@ import * as Option from "effect/Option"
 import type { KeyedTurns } from "../http/KeyedConversations.js"
 import type { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
+import * as ChunkChannel from "./ChunkChannel.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Drain from "./Drain.js"
 import * as Health from "./Health.js"
@@ -138,6 +140,8 @@ export const layer = (
     SharedKeys.layer
   ).pipe(
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),
+    // Turns' chunks come straight from their owners (ChunkChannel): this runner's sink and pusher.
+    Layer.provide(ChunkChannel.layerPusher.pipe(Layer.provideMerge(ChunkChannel.layerSink(settings.address, settings.listen ?? settings.address)))),
     Layer.provideMerge(drain),
     Layer.provideMerge(layerSharding(settings)),
     Layer.mapError(Storage.withCause),

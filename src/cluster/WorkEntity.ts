@@ -10,7 +10,7 @@
  */
 import * as Entity from "@effect/cluster/Entity"
 import * as EntityId from "@effect/cluster/EntityId"
-import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import type { RunnerStorage } from "@effect/cluster/RunnerStorage"
 import { Sharding } from "@effect/cluster/Sharding"
 import * as Rpc from "@effect/rpc/Rpc"
@@ -21,18 +21,19 @@ import * as Stream from "effect/Stream"
 import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
-import { stamp, TurnChunk } from "./ConversationEntity.js"
+import { pushTo, TurnEnd, TurnPusher } from "./ChunkChannel.js"
+import { stamp } from "./TurnChunk.js"
 import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import * as Load from "./Load.js"
 import { Loads, RunnerLoad } from "./Load.js"
 
 export const Work = Entity.make("Work", [
+  /** A one-off generation: its chunks are pushed to `sink` (the entry's, ChunkChannel); it answers when they all are. */
   Rpc.make("Generate", {
-    payload: { turn: Schema.String, request: GenerateRequest },
-    success: TurnChunk,
-    error: ProviderError,
-    stream: true
+    payload: { turn: Schema.String, request: GenerateRequest, sink: RunnerAddress },
+    success: TurnEnd,
+    error: ProviderError
   }),
   Rpc.make("Decide", {
     /** `id`: made by the entry, as a generation's `turn` is (the load answers list it while it runs). */
@@ -68,9 +69,12 @@ export const layer = (wire: CoalesceOptions = {}) => Work.toLayer(
     const provider = yield* Provider
     const loads = yield* Loads
     const drain = yield* Drain
+    const pusher = yield* TurnPusher
     return {
       Generate: ({ payload }) =>
-        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn), coalesce(wire))))),
+        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn), coalesce(wire))))).pipe(
+          pushTo(pusher, payload.sink, payload.turn, "a one-off generation")
+        ),
       Decide: ({ payload }) => Effect.scoped(Effect.zipRight(loads.serving("decisions", payload.id), provider.decide(payload.request))),
       Load: () => loads.own
     }

@@ -1,0 +1,217 @@
+/**
+ * The direct channel of a turn's chunks: the runner that serves a turn pushes its chunks straight
+ * to the entry runner's sink, instead of streaming them back as the entity's reply. The entity's
+ * `Turn` is a request-response call that answers once the turn has ended, its chunks all pushed.
+ *
+ * Why: @effect/cluster streams an entity's reply through the entity's RPC server, which sends each
+ * message only after the entry's `AckChunk` for the previous one, and @effect/rpc 0.76 drops those
+ * acks once the entity's input has ended (its shard moving, its runner stopping): a turn streaming
+ * in a shard that moved to a joining runner stalled and was cut 30 s later. A request-response
+ * call is not cut: closing the entity waits for it (`entityTerminationTimeout`). The chunks also
+ * skip the envelope path (Sharding, entity manager, acks) for one RPC call per coalesced message.
+ *
+ * The sink (entry side): every runner listens for pushes, on a Unix socket beside its runner socket
+ * or on an ephemeral TCP port of its host, and names that address in each turn it sends. A push
+ * carries chunks of one turn; the sink offers them to the turn's inbox and answers whether the turn
+ * is still awaited, once they are in (the inbox is bounded, so a slow client holds its owner back).
+ * The pusher (owner side): one RPC client per sink address, kept while used; a turn a runner
+ * serves for itself (the entity is local) goes to its own sink in process.
+ */
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import { Socket } from "@effect/platform/Socket"
+import * as SocketServer from "@effect/platform/SocketServer"
+import * as Rpc from "@effect/rpc/Rpc"
+import * as RpcClient from "@effect/rpc/RpcClient"
+import * as RpcGroup from "@effect/rpc/RpcGroup"
+import * as RpcSerialization from "@effect/rpc/RpcSerialization"
+import * as RpcServer from "@effect/rpc/RpcServer"
+import * as Cause from "effect/Cause"
+import * as Chunk from "effect/Chunk"
+import * as Context from "effect/Context"
+import * as Data from "effect/Data"
+import * as Effect from "effect/Effect"
+import * as Equal from "effect/Equal"
+import * as Exit from "effect/Exit"
+import * as Layer from "effect/Layer"
+import * as Mailbox from "effect/Mailbox"
+import * as RcMap from "effect/RcMap"
+import * as Schema from "effect/Schema"
+import type * as Scope from "effect/Scope"
+import * as Stream from "effect/Stream"
+import { EngineUnavailable } from "../domain/EngineError.js"
+import { TurnChunk } from "./TurnChunk.js"
+import { formatAddress, isUnix, layerSocketServer } from "./Transport.js"
+
+export class ChunkRpcs extends RpcGroup.make(
+  Rpc.make("Push", {
+    payload: { turn: Schema.String, chunks: Schema.Array(TurnChunk) },
+    /** Whether the turn is still awaited (false: its entry gave up on it; the owner stops). */
+    success: Schema.Boolean
+  })
+) {}
+
+export interface Inbox<E> {
+  readonly chunks: Mailbox.Mailbox<TurnChunk, E>
+  readonly received: () => number
+}
+
+/** Chunks a turn's inbox holds before a push waits for the client to read. */
+export const inboxCapacity = 256
+
+/** The entry side: where owners push, and each awaited turn's inbox. */
+export class TurnSink extends Context.Tag("nativegen/cluster/TurnSink")<TurnSink, {
+  /** The address owners push to (in every Turn this runner sends). */
+  readonly address: RunnerAddress
+  /** An inbox for `turn`'s chunks while the scope lasts, and how many chunks it has taken in. */
+  readonly open: <E>(turn: string) => Effect.Effect<Inbox<E>, never, Scope.Scope>
+  /** What a push does, in process: `turn`'s chunks into its inbox; whether the turn is still awaited. */
+  readonly deliver: (turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean>
+}>() {}
+
+/** Where a runner at `listen` takes pushes: a Unix socket beside its own, or an ephemeral port of its host. */
+export const sinkListenAddress = (listen: RunnerAddress): RunnerAddress =>
+  isUnix(listen) ? RunnerAddress.make({ host: `${listen.host}.chunks`, port: 0 }) : RunnerAddress.make({ host: listen.host, port: 0 })
+
+/**
+ * The sink of a runner that others reach at `advertised` and that listens at `listen`: its push
+ * server, and the address it names (the advertised host, with the port it was given).
+ */
+export const layerSink = (advertised: RunnerAddress, listen: RunnerAddress): Layer.Layer<TurnSink, SocketServer.SocketServerError> =>
+  Layer.scoped(
+    TurnSink,
+    Effect.gen(function*() {
+      const inboxes = new Map<string, (chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean>>()
+      const deliver = (turn: string, chunks: ReadonlyArray<TurnChunk>) => inboxes.get(turn)?.(chunks) ?? Effect.succeed(false)
+      const handlers = ChunkRpcs.toLayer({ Push: ({ chunks, turn }) => deliver(turn, chunks) })
+      const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen)))
+      yield* Layer.buildWithScope(
+        RpcServer.layer(ChunkRpcs).pipe(
+          Layer.provide(handlers),
+          Layer.provide(RpcServer.layerProtocolSocketServer),
+          Layer.provide(RpcSerialization.layerMsgPack),
+          Layer.provide(Layer.succeedContext(server))
+        ),
+        yield* Effect.scope
+      )
+      const bound = Context.get(server, SocketServer.SocketServer).address
+      const address = bound._tag === "UnixAddress"
+        ? RunnerAddress.make({ host: bound.path, port: 0 })
+        : RunnerAddress.make({ host: advertised.host, port: bound.port })
+      yield* Effect.logDebug(`cluster: turn chunks pushed to ${formatAddress(address)}`)
+      return TurnSink.of({
+        address,
+        deliver,
+        open: <E>(turn: string) =>
+          Effect.acquireRelease(
+            Effect.gen(function*() {
+              const inbox = yield* Mailbox.make<TurnChunk, E>(inboxCapacity)
+              let received = 0
+              inboxes.set(turn, (chunks) => {
+                received += chunks.length
+                return Effect.as(inbox.offerAll(chunks), true)
+              })
+              return { chunks: inbox, received: () => received }
+            }),
+            () => Effect.sync(() => inboxes.delete(turn))
+          )
+      })
+    })
+  )
+
+/** A push could not reach the entry runner's sink (the entry is gone, or its connection broke). */
+export class SinkUnreachable extends Data.TaggedError("SinkUnreachable")<{
+  readonly sink: string
+  readonly reason: string
+}> {
+  override get message() {
+    return `the entry runner's sink at ${this.sink} cannot be reached: ${this.reason}`
+  }
+}
+
+/** The owner side: pushes a turn's chunks to the sink its entry named. */
+export class TurnPusher extends Context.Tag("nativegen/cluster/TurnPusher")<TurnPusher, {
+  readonly push: (sink: RunnerAddress, turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean, SinkUnreachable>
+}>() {}
+
+/** A connection to `sink`: Unix socket, or TCP with noDelay. */
+const connect = (sink: RunnerAddress) =>
+  Effect.gen(function*() {
+    const socket = yield* NodeSocket.makeNet(
+      isUnix(sink) ? { path: sink.host, openTimeout: 1000 } : { host: sink.host, port: sink.port, noDelay: true, openTimeout: 1000 }
+    )
+    const protocol = yield* RpcClient.makeProtocolSocket().pipe(
+      Effect.provideService(Socket, socket),
+      Effect.provide(RpcSerialization.layerMsgPack)
+    )
+    return yield* RpcClient.make(ChunkRpcs).pipe(Effect.provideService(RpcClient.Protocol, protocol))
+  })
+
+/** The pusher of a runner whose own sink is in context: to its own sink (a turn it serves for itself) in process. */
+export const layerPusher: Layer.Layer<TurnPusher, never, TurnSink> = Layer.scoped(
+  TurnPusher,
+  Effect.gen(function*() {
+    const own = yield* TurnSink
+    // One client per sink, closed a while after its last push.
+    const clients = yield* RcMap.make({ lookup: connect, idleTimeToLive: "1 minute" })
+    return TurnPusher.of({
+      push: (sink, turn, chunks) =>
+        Equal.equals(sink, own.address) ? own.deliver(turn, chunks) : Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), (client) => client.Push({ turn, chunks }))).pipe(
+          Effect.catchAll((error) => Effect.fail(new SinkUnreachable({ sink: formatAddress(sink), reason: error.message }))),
+          Effect.catchAllDefect((defect) => Effect.fail(new SinkUnreachable({ sink: formatAddress(sink), reason: String(defect) })))
+        )
+    })
+  })
+)
+
+/** What the owner answers a turn with once its chunks are all pushed: how many (the entry checks it received them all). */
+export const TurnEnd = Schema.Struct({ chunks: Schema.NonNegativeInt })
+export type TurnEnd = typeof TurnEnd.Type
+
+/**
+ * The owner side of a turn: its stamped chunks pushed to `sink`, a message per stream chunk (each
+ * push awaited, so the chunks arrive in order and all of them before the turn's answer). The turn
+ * stops when its entry no longer awaits it; a sink that cannot be reached fails it with
+ * EngineUnavailable naming `what` (nobody may be left to read it: the entry is gone).
+ */
+export const pushTo = (pusher: TurnPusher["Type"], sink: RunnerAddress, turn: string, what: string) =>
+<E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Effect.Effect<TurnEnd, E | EngineUnavailable, R> =>
+  Effect.suspend(() => {
+    let pushed = 0
+    return Stream.chunks(chunks).pipe(
+      Stream.runForEachWhile((batch) =>
+        pusher.push(sink, turn, Chunk.toReadonlyArray(batch)).pipe(
+          Effect.mapError((lost) => new EngineUnavailable({ reason: `${what}, turn ${turn}: ${lost.message}` })),
+          Effect.map((wanted) => {
+            pushed += batch.length
+            return wanted
+          })
+        )
+      ),
+      Effect.map(() => ({ chunks: pushed }))
+    )
+  })
+
+/**
+ * The entry side of a turn: an inbox in `sink`, the turn sent naming it, and the chunks as they
+ * arrive. The stream ends when the turn answers (every chunk it pushed received: the pushes were
+ * answered before it; a count that differs is a defect), or fails as the turn does.
+ */
+export const receive = <E>(
+  sink: TurnSink["Type"],
+  turn: string,
+  send: (sink: RunnerAddress) => Effect.Effect<TurnEnd, E>
+): Stream.Stream<TurnChunk, E> =>
+  Stream.unwrapScoped(Effect.gen(function*() {
+    const inbox = yield* sink.open<E>(turn)
+    yield* send(sink.address).pipe(
+      Effect.exit,
+      Effect.flatMap((exit) =>
+        Exit.isSuccess(exit) && exit.value.chunks !== inbox.received()
+          ? inbox.chunks.failCause(Cause.die(new Error(`turn ${turn}: ${exit.value.chunks} chunks pushed, ${inbox.received()} received`)))
+          : inbox.chunks.done(Exit.asVoid(exit))
+      ),
+      Effect.forkScoped
+    )
+    return Mailbox.toStream(inbox.chunks)
+  }))

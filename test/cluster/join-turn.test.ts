@@ -1,0 +1,91 @@
+/**
+ * A turn streaming in a shard that moves to a joining runner ends whole (real processes, Unix
+ * sockets, one SQLite storage). r1 and r2 serve; r3 is started, and once it is registered a long
+ * turn of a conversation that r2 holds, and that r3's arrival moves to r3, is sent through r1. r2
+ * serves it while the shard moves: its chunks go straight to r1 (ChunkChannel), and r2 gives the
+ * shard up only once the turn has ended. With the turn streamed as the entity's reply, the entity
+ * closed as the shard moved, its stream acks were dropped, and the turn stalled and was cut with
+ * GenerationFailed after the 30 s termination timeout.
+ */
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import { assert, describe, layer } from "@effect/vitest"
+import * as Chunk from "effect/Chunk"
+import * as Context from "effect/Context"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Schedule from "effect/Schedule"
+import * as Stream from "effect/Stream"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import * as Load from "../../src/cluster/Load.js"
+import * as Status from "../../src/cluster/Status.js"
+import { clusterEnv, generationsOf, settled, startRunner, viewLayer } from "./membership-support.js"
+import { doneOf, tokensOf } from "../support/generation.js"
+
+const SHARDS = 6
+
+class Dir extends Context.Tag("test/JoinDir")<Dir, string>() {}
+
+const view = Layer.unwrapScoped(Effect.gen(function*() {
+  const dir = yield* Effect.acquireRelease(
+    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngj-"))),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
+  return viewLayer({ _tag: "Sqlite", file: Path.join(dir, "cluster.db") }, SHARDS).pipe(Layer.merge(Layer.succeed(Dir, dir)))
+}))
+
+describe("a runner joins", () => {
+  layer(view, { timeout: 400_000, excludeTestServices: true })("three runners", (it) => {
+    it.scoped("a turn streaming in a shard that moves to the joining runner ends whole, served by its old owner", () =>
+      Effect.gen(function*() {
+        const dir = yield* Dir
+        const env = clusterEnv(Path.join(dir, "cluster.db"), SHARDS)
+        const r1 = yield* startRunner(dir, "r1", env)
+        const r2 = yield* startRunner(dir, "r2", env)
+        const before = yield* settled([r1, r2], SHARDS)
+        // A conversation on r2 now that the assignment over three runners gives to r3.
+        const socket = (name: string) => Path.join(dir, `${name}.sock`)
+        const three = Load.assignments(
+          ["r1", "r2", "r3"].map((n) => [{ address: RunnerAddress.make({ host: socket(n), port: 0 }), groups: ["default"], weight: 1 }, true] as const),
+          "default",
+          SHARDS
+        )!
+        let conversation: string | undefined
+        for (let i = 0; conversation === undefined && i < 10_000; i++) {
+          const id = `join-${i}`
+          const shard = Number((yield* Status.shardOf(id)).split(":").at(-1))
+          if ((yield* Status.ownerOf(before, id)) === r2.stored && three[shard - 1]?.host === socket("r3")) conversation = id
+        }
+        assert.isDefined(conversation, "a conversation that moves from r2 to r3")
+
+        // r3 starts; the turn is sent once r3 is registered, so r2 gives the shard up while it streams.
+        const r3 = yield* Effect.fork(startRunner(dir, "r3", env))
+        yield* Effect.flatMap(Status.snapshot, (s) => s.runners.some((r) => r.address === `${socket("r3")}:0`) ? Effect.void : Effect.fail("not yet")).pipe(
+          Effect.retry(Schedule.spaced("50 millis"))
+        )
+        const r2Before = yield* generationsOf(r2)
+        const started = performance.now()
+        const turn = yield* r1.provider.generate({
+          messages: [{ role: "user", content: "tell me a very long story" }],
+          conversation: conversation!,
+          maxTokens: 600,
+          // Sampled hot over the whole vocabulary: its end of turn is as unlikely as any token.
+          sampling: { temperature: 50, topK: 0, topP: 1, seed: 1 },
+          thinking: false
+        }).pipe(Stream.runCollect, Effect.map(Chunk.toArray), Effect.either)
+        const millis = Math.round(performance.now() - started)
+        assert.strictEqual(turn._tag, "Right", `the turn: ${JSON.stringify(turn)}`)
+        if (turn._tag === "Right") {
+          assert.strictEqual(tokensOf(turn.right).length, 600)
+          assert.strictEqual(doneOf(turn.right).usage.generatedTokens, 600)
+        }
+        assert.strictEqual(yield* generationsOf(r2), r2Before + 1, "r2, the old owner, served the turn")
+        const joined = yield* Fiber.join(r3)
+        const after = yield* settled([r1, r2, joined], SHARDS)
+        assert.strictEqual(yield* Status.ownerOf(after, conversation!), joined.stored, "the shard moved to r3")
+        console.log(`join: the turn of 600 tokens ended whole after ${millis} ms while its shard moved from r2 to r3`)
+      }))
+  })
+})
