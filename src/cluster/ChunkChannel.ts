@@ -40,16 +40,40 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { EngineUnavailable } from "../domain/EngineError.js"
+import { GenerateRequest } from "../domain/Inference.js"
+import { ProviderError } from "../services/ProviderError.js"
 import { TurnChunk } from "./TurnChunk.js"
 import { formatAddress, isUnix, layerSocketServer } from "./Transport.js"
+
+/** What the owner answers a turn with once its chunks are all pushed: how many (the entry checks it received them all). */
+export const TurnEnd = Schema.Struct({ chunks: Schema.NonNegativeInt })
+export type TurnEnd = typeof TurnEnd.Type
+
+/** A direct turn reached a runner that does not hold its conversation's shard (the entry's view of the shards was stale). */
+export class NotOwner extends Schema.TaggedError<NotOwner>()("NotOwner", { conversation: Schema.String }) {}
+
+/** A turn sent straight to the runner that holds its conversation (`Serve`), its chunks pushed to `sink`. */
+export const DirectTurn = Schema.Struct({
+  conversation: Schema.String,
+  turn: Schema.String,
+  request: GenerateRequest,
+  sink: RunnerAddress
+})
+export type DirectTurn = typeof DirectTurn.Type
 
 export class ChunkRpcs extends RpcGroup.make(
   Rpc.make("Push", {
     payload: { turn: Schema.String, chunks: Schema.Array(TurnChunk) },
     /** Whether the turn is still awaited (false: its entry gave up on it; the owner stops). */
     success: Schema.Boolean
-  })
+  }),
+  Rpc.make("Serve", { payload: DirectTurn, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) })
 ) {}
+
+/** How a runner serves a direct turn (ConversationEntity.layerDirect: through its own entity, if it holds the shard). */
+export class TurnServer extends Context.Tag("nativegen/cluster/TurnServer")<TurnServer, {
+  readonly serve: (turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner>
+}>() {}
 
 export interface Inbox<E> {
   readonly chunks: Mailbox.Mailbox<TurnChunk, E>
@@ -67,6 +91,8 @@ export class TurnSink extends Context.Tag("nativegen/cluster/TurnSink")<TurnSink
   readonly open: <E>(turn: string) => Effect.Effect<Inbox<E>, never, Scope.Scope>
   /** What a push does, in process: `turn`'s chunks into its inbox; whether the turn is still awaited. */
   readonly deliver: (turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean>
+  /** Turns other runners sent straight to this one since it started (`Serve`), refused ones included. */
+  readonly directTurns: () => number
 }>() {}
 
 /** Where a runner at `listen` takes pushes: a Unix socket beside its own, or an ephemeral port of its host. */
@@ -77,13 +103,24 @@ export const sinkListenAddress = (listen: RunnerAddress): RunnerAddress =>
  * The sink of a runner that others reach at `advertised` and that listens at `listen`: its push
  * server, and the address it names (the advertised host, with the port it was given).
  */
-export const layerSink = (advertised: RunnerAddress, listen: RunnerAddress): Layer.Layer<TurnSink, SocketServer.SocketServerError> =>
+export const layerSink = (
+  advertised: RunnerAddress,
+  listen: RunnerAddress
+): Layer.Layer<TurnSink, SocketServer.SocketServerError, TurnServer> =>
   Layer.scoped(
     TurnSink,
     Effect.gen(function*() {
       const inboxes = new Map<string, (chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean>>()
       const deliver = (turn: string, chunks: ReadonlyArray<TurnChunk>) => inboxes.get(turn)?.(chunks) ?? Effect.succeed(false)
-      const handlers = ChunkRpcs.toLayer({ Push: ({ chunks, turn }) => deliver(turn, chunks) })
+      const turns = yield* TurnServer
+      let directTurns = 0
+      const handlers = ChunkRpcs.toLayer({
+        Push: ({ chunks, turn }) => deliver(turn, chunks),
+        Serve: (turn) => Effect.suspend(() => {
+          directTurns++
+          return turns.serve(turn)
+        })
+      })
       const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen)))
       yield* Layer.buildWithScope(
         RpcServer.layer(ChunkRpcs).pipe(
@@ -102,6 +139,7 @@ export const layerSink = (advertised: RunnerAddress, listen: RunnerAddress): Lay
       return TurnSink.of({
         address,
         deliver,
+        directTurns: () => directTurns,
         open: <E>(turn: string) =>
           Effect.acquireRelease(
             Effect.gen(function*() {
@@ -130,8 +168,11 @@ export class SinkUnreachable extends Data.TaggedError("SinkUnreachable")<{
 }
 
 /** The owner side: pushes a turn's chunks to the sink its entry named. */
-export class TurnPusher extends Context.Tag("nativegen/cluster/TurnPusher")<TurnPusher, {
+export class SinkClients extends Context.Tag("nativegen/cluster/SinkClients")<SinkClients, {
+  /** Pushes a turn's chunks to the sink its entry named. */
   readonly push: (sink: RunnerAddress, turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean, SinkUnreachable>
+  /** Sends a turn straight to the runner whose sink this is. */
+  readonly serve: (sink: RunnerAddress, turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner | SinkUnreachable>
 }>() {}
 
 /** A connection to `sink`: Unix socket, or TCP with noDelay. */
@@ -148,25 +189,32 @@ const connect = (sink: RunnerAddress) =>
   })
 
 /** The pusher of a runner whose own sink is in context: to its own sink (a turn it serves for itself) in process. */
-export const layerPusher: Layer.Layer<TurnPusher, never, TurnSink> = Layer.scoped(
-  TurnPusher,
+export const layerPusher: Layer.Layer<SinkClients, never, TurnSink> = Layer.scoped(
+  SinkClients,
   Effect.gen(function*() {
     const own = yield* TurnSink
     // One client per sink, closed a while after its last push.
     const clients = yield* RcMap.make({ lookup: connect, idleTimeToLive: "1 minute" })
-    return TurnPusher.of({
+    const unreachable = (sink: RunnerAddress) => (reason: string) => new SinkUnreachable({ sink: formatAddress(sink), reason })
+    return SinkClients.of({
       push: (sink, turn, chunks) =>
-        Equal.equals(sink, own.address) ? own.deliver(turn, chunks) : Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), (client) => client.Push({ turn, chunks }))).pipe(
-          Effect.catchAll((error) => Effect.fail(new SinkUnreachable({ sink: formatAddress(sink), reason: error.message }))),
-          Effect.catchAllDefect((defect) => Effect.fail(new SinkUnreachable({ sink: formatAddress(sink), reason: String(defect) })))
+        Equal.equals(sink, own.address)
+          ? own.deliver(turn, chunks)
+          : Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), (client) => client.Push({ turn, chunks }))).pipe(
+            Effect.mapError((error) => unreachable(sink)(error.message)),
+            Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
+          ),
+      serve: (sink, turn) =>
+        Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), (client) => client.Serve(turn))).pipe(
+          Effect.catchTags({
+            RpcClientError: (error) => Effect.fail(unreachable(sink)(error.message)),
+            SocketError: (error) => Effect.fail(unreachable(sink)(error.message))
+          }),
+          Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
         )
     })
   })
 )
-
-/** What the owner answers a turn with once its chunks are all pushed: how many (the entry checks it received them all). */
-export const TurnEnd = Schema.Struct({ chunks: Schema.NonNegativeInt })
-export type TurnEnd = typeof TurnEnd.Type
 
 /**
  * The owner side of a turn: its stamped chunks pushed to `sink`, a message per stream chunk (each
@@ -174,7 +222,7 @@ export type TurnEnd = typeof TurnEnd.Type
  * stops when its entry no longer awaits it; a sink that cannot be reached fails it with
  * EngineUnavailable naming `what` (nobody may be left to read it: the entry is gone).
  */
-export const pushTo = (pusher: TurnPusher["Type"], sink: RunnerAddress, turn: string, what: string) =>
+export const pushTo = (pusher: SinkClients["Type"], sink: RunnerAddress, turn: string, what: string) =>
 <E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Effect.Effect<TurnEnd, E | EngineUnavailable, R> =>
   Effect.suspend(() => {
     let pushed = 0

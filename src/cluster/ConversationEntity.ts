@@ -35,7 +35,7 @@ import { replyOf } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
-import { pushTo, TurnEnd, TurnPusher } from "./ChunkChannel.js"
+import { pushTo, TurnEnd, SinkClients } from "./ChunkChannel.js"
 import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
@@ -77,7 +77,7 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
       yield* placement.record(entityId)
       const transcripts = yield* Transcripts
       const drain = yield* Drain
-      const pusher = yield* TurnPusher
+      const pusher = yield* SinkClients
 
       /**
        * A turn computed from `messages` (its history and the new turn), whose Done chunk goes out

@@ -18,7 +18,7 @@
  * machines); a runner that does not answer drops out then. A runner that is stopping reports no
  * shards (from the start of its drain, Drain.ts) and is not chosen.
  */
-import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { RunnerStorage } from "@effect/cluster/RunnerStorage"
 import { Sharding } from "@effect/cluster/Sharding"
 import * as ShardId from "@effect/cluster/ShardId"
@@ -47,7 +47,11 @@ export const RunnerLoad = Schema.Struct({
   /** One-off generations and decisions it served for other runners since it started. */
   served: Schema.Struct({ generations: Schema.NonNegativeInt, decisions: Schema.NonNegativeInt }),
   /** The ids of the requests it runs for other runners now (counted in `running` and `queued`). */
-  serving: Schema.Array(Schema.String)
+  serving: Schema.Array(Schema.String),
+  /** Where it takes turn chunks and direct turns (ChunkChannel's sink). */
+  sink: Schema.optional(RunnerAddress),
+  /** Conversation turns other runners sent straight to it since it started (ChunkChannel's `Serve`). */
+  directTurns: Schema.optional(Schema.NonNegativeInt)
 })
 export type RunnerLoad = typeof RunnerLoad.Type
 
@@ -103,7 +107,8 @@ export const make = (
   address: RunnerAddress,
   shards: number,
   probe: (shard: number) => Effect.Effect<RunnerLoad, unknown>,
-  timing: LoadTiming = defaultTiming
+  timing: LoadTiming = defaultTiming,
+  sink?: { readonly address: RunnerAddress; readonly directTurns: () => number }
 ) =>
   Effect.gen(function*() {
     const sharding = yield* Sharding
@@ -124,7 +129,8 @@ export const make = (
       // A stopping runner reports none (it is not chosen), from the start of its drain.
       shards: draining ? [] : shardIds.filter((id) => sharding.hasShardId(id)).map((id) => id.id),
       served: { ...served },
-      serving: [...serving]
+      serving: [...serving],
+      ...(sink === undefined ? {} : { sink: sink.address, directTurns: sink.directTurns() })
     }))
 
     const heard = new Map<string, { readonly load: RunnerLoad; readonly at: number }>()

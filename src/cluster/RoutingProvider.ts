@@ -20,7 +20,8 @@
  * and waits for the shard's next owner.
  */
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
-import type * as Sharding from "@effect/cluster/Sharding"
+import * as EntityId from "@effect/cluster/EntityId"
+import { Sharding } from "@effect/cluster/Sharding"
 import { isSocketError } from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
 import * as Chunk from "effect/Chunk"
@@ -32,7 +33,8 @@ import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { receive, TurnSink } from "./ChunkChannel.js"
+import { NotOwner, receive, SinkClients, type SinkUnreachable, type TurnEnd, TurnServer, TurnSink } from "./ChunkChannel.js"
+import { Loads } from "./Load.js"
 import { Conversation } from "./ConversationEntity.js"
 import { tokenCount, type TurnChunk } from "./TurnChunk.js"
 import { Preparation } from "./PreparationEntity.js"
@@ -93,9 +95,11 @@ export const runnerLost = (cause: Cause.Cause<unknown>): boolean => {
 /** How many times a turn lost before its first token is sent again (each waits for the shard's next owner). */
 export const lostTurnRetries = 4
 
+type ClusterRefusal = MailboxFull | AlreadyProcessingMessage | PersistenceError
+
 /** What the cluster refuses a turn with, as the runtime's own errors. */
 const refusal = (conversation: string) =>
-(error: MailboxFull | AlreadyProcessingMessage | PersistenceError): ProviderError =>
+(error: ClusterRefusal): ProviderError =>
   new EngineUnavailable({
     reason: error._tag === "MailboxFull"
       ? `conversation ${conversation}: its runner's mailbox is full`
@@ -109,15 +113,39 @@ export const make = Effect.gen(function*() {
   const local = yield* Provider
   const clientFor = yield* Conversation.client
   const sink = yield* TurnSink
+  const clients = yield* SinkClients
+  const loads = yield* Loads
+  const sharding = yield* Sharding
+
+  /**
+   * The sink of the runner that holds `conversation`'s shard, as the last load answers name it;
+   * none where this runner holds it (its own entity is called in process) or it is not known.
+   */
+  const ownerOf = (conversation: string) =>
+    Effect.map(loads.others, (others) => {
+      const shard = sharding.getShardId(EntityId.make(conversation), Conversation.getShardGroup(EntityId.make(conversation)))
+      if (sharding.hasShardId(shard)) return undefined
+      return others.find((load) => load.shards.includes(shard.id))?.sink
+    })
+
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
     const conversation = conversationOf(request)
     if (conversation === undefined) return local.generate(request)
-    const attempt = (tries: number): Stream.Stream<GenerateChunk, ProviderError> =>
-      Stream.suspend(() => {
+    /**
+     * One try of the turn: straight to its owner's sink where the loads name one (`direct`), else
+     * through the conversation's entity. A direct turn that the runner refuses (NotOwner: the
+     * shard moved) or that cannot reach it before any chunk goes through the entity instead.
+     */
+    const attempt = (tries: number, direct: boolean): Stream.Stream<GenerateChunk, ProviderError> =>
+      Stream.unwrap(Effect.gen(function*() {
+        const owner = direct ? yield* ownerOf(conversation) : undefined
         const turn = Crypto.randomUUID()
         let chunks = 0
         let delivered = 0
-        return receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at })).pipe(
+        const sent: Stream.Stream<TurnChunk, ProviderError | ClusterRefusal | NotOwner | SinkUnreachable> = owner === undefined
+          ? receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }))
+          : receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at }))
+        return sent.pipe(
           Stream.catchTags({
             MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
             AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
@@ -130,6 +158,18 @@ export const make = Effect.gen(function*() {
               delivered += tokenCount(chunk)
             })
           ),
+          Stream.catchTags({
+            // Before any chunk (its owner checks the shard first): through the entity instead.
+            NotOwner: () => attempt(tries, false),
+            SinkUnreachable: (e) =>
+              chunks === 0
+                ? attempt(tries, false)
+                : Stream.fail(new GenerationFailed({
+                  deliveredTokens: delivered,
+                  reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens ` +
+                    `(${e.message}); the turn was stopped, not re-run`
+                }))
+          }),
           Stream.catchAllCause((cause) => {
             // Our own interruption is not caught here; an interruption that ends the turn's stream
             // is the cluster dropping the runner that served it (its connection is closed).
@@ -143,7 +183,7 @@ export const make = Effect.gen(function*() {
             }
             // Lost before anything was delivered: sent again, to the shard's next owner.
             return tries < lostTurnRetries
-              ? attempt(tries + 1)
+              ? attempt(tries + 1, false)
               : Stream.fail(
                 new EngineUnavailable({
                   reason: `conversation ${conversation}: its runner was lost ${tries + 1} times before the turn began`
@@ -151,8 +191,8 @@ export const make = Effect.gen(function*() {
               )
           })
         )
-      })
-    return attempt(0)
+      }))
+    return attempt(0, true)
   }
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
   const preparationFor = yield* Preparation.client
@@ -168,4 +208,34 @@ export const make = Effect.gen(function*() {
 })
 
 /** Replaces the Provider in context with the routing one. */
-export const layer: Layer.Layer<Provider, never, Provider | Sharding.Sharding | TurnSink> = Layer.effect(Provider, make)
+export const layer: Layer.Layer<Provider, never, Provider | Sharding | TurnSink | SinkClients | Loads> = Layer.effect(Provider, make)
+
+/**
+ * The owner side of a direct turn (ChunkChannel's `Serve`): a turn whose entry found this runner
+ * holding its conversation's shard runs through this runner's own entity (in process: Sharding
+ * calls a local entity without a socket), so a conversation's turns stay in order and its KV is
+ * handed over as before. A runner that does not hold the shard (the entry's view was stale)
+ * answers NotOwner, and the entry sends the turn through the cluster.
+ */
+export const layerDirectServer: Layer.Layer<TurnServer, never, Sharding> = Layer.effect(
+  TurnServer,
+  Effect.gen(function*() {
+    const sharding = yield* Sharding
+    const clientFor = yield* Conversation.client
+    return TurnServer.of({
+      serve: ({ conversation, request, sink, turn }) => {
+        const id = EntityId.make(conversation)
+        if (!sharding.hasShardId(sharding.getShardId(id, Conversation.getShardGroup(id)))) {
+          return Effect.fail(new NotOwner({ conversation }))
+        }
+        return clientFor(conversation).Turn({ turn, request, sink }).pipe(
+          Effect.catchTags({
+            MailboxFull: (e) => Effect.fail(refusal(conversation)(e)),
+            AlreadyProcessingMessage: (e) => Effect.fail(refusal(conversation)(e)),
+            PersistenceError: (e) => Effect.fail(refusal(conversation)(e))
+          })
+        ) satisfies Effect.Effect<TurnEnd, ProviderError>
+      }
+    })
+  })
+)

@@ -8,7 +8,8 @@
  *
  *   servers <- routing Provider <- load routing (Load.ts: the runners' loads, probed) <- Sharding
  *           <- Conversation entity, Work entity <- local Provider (the runtime)
- *   turns' chunks: owner's entity -> pusher -> entry's sink -> routing Provider (ChunkChannel.ts)
+ *   a turn: entry's routing Provider -> owner's sink (direct, where the loads name the owner; else
+ *           through Sharding) -> owner's entity; its chunks: owner's entity -> entry's sink (ChunkChannel.ts)
  *   Sharding <- transport, storage, health, ShardingConfig
  */
 import * as MessageStorage from "@effect/cluster/MessageStorage"
@@ -141,7 +142,11 @@ export const layer = (
   ).pipe(
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),
     // Turns' chunks come straight from their owners (ChunkChannel): this runner's sink and pusher.
-    Layer.provide(ChunkChannel.layerPusher.pipe(Layer.provideMerge(ChunkChannel.layerSink(settings.address, settings.listen ?? settings.address)))),
+    Layer.provide(ChunkChannel.layerPusher.pipe(
+      Layer.provideMerge(ChunkChannel.layerSink(settings.address, settings.listen ?? settings.address)),
+      // The sink also takes turns sent straight to this runner (RoutingProvider.layerDirectServer).
+      Layer.provide(RoutingProvider.layerDirectServer)
+    )),
     Layer.provideMerge(drain),
     Layer.provideMerge(layerSharding(settings)),
     Layer.mapError(Storage.withCause),

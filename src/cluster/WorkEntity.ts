@@ -21,7 +21,7 @@ import * as Stream from "effect/Stream"
 import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
-import { pushTo, TurnEnd, TurnPusher } from "./ChunkChannel.js"
+import { pushTo, TurnEnd, SinkClients, TurnSink } from "./ChunkChannel.js"
 import { stamp } from "./TurnChunk.js"
 import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
@@ -69,7 +69,7 @@ export const layer = (wire: CoalesceOptions = {}) => Work.toLayer(
     const provider = yield* Provider
     const loads = yield* Loads
     const drain = yield* Drain
-    const pusher = yield* TurnPusher
+    const pusher = yield* SinkClients
     return {
       Generate: ({ payload }) =>
         drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn), coalesce(wire))))).pipe(
@@ -87,12 +87,13 @@ export const layerLoads = (
   address: RunnerAddress,
   shards: number,
   timing?: Load.LoadTiming
-): Layer.Layer<Loads, never, Sharding | RunnerStorage | Provider | Drain> =>
+): Layer.Layer<Loads, never, Sharding | RunnerStorage | Provider | Drain | TurnSink> =>
   Layer.scoped(
     Loads,
     Effect.gen(function*() {
       const clientFor = yield* Work.client
       const ids = idsByShard(yield* Sharding, shards)
-      return yield* Load.make(address, shards, (shard) => clientFor(ids[shard - 1]!).Load(), timing)
+      const sink = yield* TurnSink
+      return yield* Load.make(address, shards, (shard) => clientFor(ids[shard - 1]!).Load(), timing, sink)
     })
   )

@@ -1,9 +1,9 @@
 /**
  * A turn streaming in a shard that moves to a joining runner ends whole (real processes, Unix
  * sockets, one SQLite storage). r1 and r2 serve; r3 is started, and once it is registered a long
- * turn of a conversation that r2 holds, and that r3's arrival moves to r3, is sent through r1. r2
- * serves it while the shard moves: its chunks go straight to r1 (ChunkChannel), and r2 gives the
- * shard up only once the turn has ended. With the turn streamed as the entity's reply, the entity
+ * turn of a conversation that one of them holds, and that r3's arrival moves to r3, is sent
+ * through the other. The old owner serves it while the shard moves: its chunks go straight to the
+ * entry (ChunkChannel), and it gives the shard up only once the turn has ended. With the turn streamed as the entity's reply, the entity
  * closed as the shard moved, its stream acks were dropped, and the turn stalled and was cut with
  * GenerationFailed after the 30 s termination timeout.
  */
@@ -21,7 +21,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import * as Load from "../../src/cluster/Load.js"
 import * as Status from "../../src/cluster/Status.js"
-import { clusterEnv, generationsOf, settled, startRunner, viewLayer } from "./membership-support.js"
+import { clusterEnv, generationsOf, type RunnerProcess, settled, startRunner, viewLayer } from "./membership-support.js"
 import { doneOf, tokensOf } from "../support/generation.js"
 
 const SHARDS = 6
@@ -45,31 +45,35 @@ describe("a runner joins", () => {
         const r1 = yield* startRunner(dir, "r1", env)
         const r2 = yield* startRunner(dir, "r2", env)
         const before = yield* settled([r1, r2], SHARDS)
-        // A conversation on r2 now that the assignment over three runners gives to r3.
+        // A conversation on r1 or r2 now that the assignment over three runners gives to r3 (which of
+        // the two gives r3 shards depends on the hash of the socket paths).
         const socket = (name: string) => Path.join(dir, `${name}.sock`)
         const three = Load.assignments(
           ["r1", "r2", "r3"].map((n) => [{ address: RunnerAddress.make({ host: socket(n), port: 0 }), groups: ["default"], weight: 1 }, true] as const),
           "default",
           SHARDS
         )!
-        let conversation: string | undefined
-        for (let i = 0; conversation === undefined && i < 10_000; i++) {
+        let moving: { readonly conversation: string; readonly owner: RunnerProcess; readonly entry: RunnerProcess } | undefined
+        for (let i = 0; moving === undefined && i < 10_000; i++) {
           const id = `join-${i}`
           const shard = Number((yield* Status.shardOf(id)).split(":").at(-1))
-          if ((yield* Status.ownerOf(before, id)) === r2.stored && three[shard - 1]?.host === socket("r3")) conversation = id
+          if (three[shard - 1]?.host !== socket("r3")) continue
+          const owner = (yield* Status.ownerOf(before, id)) === r1.stored ? r1 : r2
+          moving = { conversation: id, owner, entry: owner === r1 ? r2 : r1 }
         }
-        assert.isDefined(conversation, "a conversation that moves from r2 to r3")
+        assert.isDefined(moving, "a conversation that moves to r3")
+        const { conversation, entry, owner } = moving!
 
         // r3 starts; the turn is sent once r3 is registered, so r2 gives the shard up while it streams.
         const r3 = yield* Effect.fork(startRunner(dir, "r3", env))
         yield* Effect.flatMap(Status.snapshot, (s) => s.runners.some((r) => r.address === `${socket("r3")}:0`) ? Effect.void : Effect.fail("not yet")).pipe(
           Effect.retry(Schedule.spaced("50 millis"))
         )
-        const r2Before = yield* generationsOf(r2)
+        const ownerBefore = yield* generationsOf(owner)
         const started = performance.now()
-        const turn = yield* r1.provider.generate({
+        const turn = yield* entry.provider.generate({
           messages: [{ role: "user", content: "tell me a very long story" }],
-          conversation: conversation!,
+          conversation,
           maxTokens: 600,
           // Sampled hot over the whole vocabulary: its end of turn is as unlikely as any token.
           sampling: { temperature: 50, topK: 0, topP: 1, seed: 1 },
@@ -81,11 +85,11 @@ describe("a runner joins", () => {
           assert.strictEqual(tokensOf(turn.right).length, 600)
           assert.strictEqual(doneOf(turn.right).usage.generatedTokens, 600)
         }
-        assert.strictEqual(yield* generationsOf(r2), r2Before + 1, "r2, the old owner, served the turn")
+        assert.strictEqual(yield* generationsOf(owner), ownerBefore + 1, `${owner.name}, the old owner, served the turn`)
         const joined = yield* Fiber.join(r3)
         const after = yield* settled([r1, r2, joined], SHARDS)
-        assert.strictEqual(yield* Status.ownerOf(after, conversation!), joined.stored, "the shard moved to r3")
-        console.log(`join: the turn of 600 tokens ended whole after ${millis} ms while its shard moved from r2 to r3`)
+        assert.strictEqual(yield* Status.ownerOf(after, conversation), joined.stored, "the shard moved to r3")
+        console.log(`join: the turn of 600 tokens, sent through ${entry.name}, ended whole after ${millis} ms while its shard moved from ${owner.name} to r3`)
       }))
   })
 })

@@ -131,7 +131,7 @@ export const viewLayer = (storage: Storage.StorageSpec, shards: number) =>
   Layer.tap(Runner.layerClientOnly({ storage, shards }), (context) => Effect.provide(Placement.createTable, context).pipe(Effect.orDie))
 
 /** A runner's load as it answers a probe (through the work entity of a shard it holds now). */
-export const loadOf = (runner: RunnerProcess, shards: number) =>
+export const loadOf = (runner: Pick<RunnerProcess, "name" | "stored">, shards: number) =>
   Effect.gen(function*() {
     const snapshot = yield* Status.snapshot
     const held = [...(snapshot.shards ?? [])].find(([, holder]) => holder === runner.stored)

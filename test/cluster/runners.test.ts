@@ -10,6 +10,7 @@
  * then shows the three runners, the shards each holds and where each conversation was served.
  * A conversation prepared through one runner is prepared on its owner.
  */
+import { loadOf } from "./membership-support.js"
 import { shardLocks } from "./settle.js"
 import { assert, describe, layer } from "@effect/vitest"
 import * as Context from "effect/Context"
@@ -120,6 +121,9 @@ describe("a cluster of three runners", () => {
 
         const after = yield* Effect.forEach(members, generationsOf)
         assert.deepStrictEqual(after.map((n, i) => n - before[i]!), [4, 2, 2], "generations served by r1, r2, r3")
+        // The remote turns went straight to their owners (ChunkChannel's Serve), not through the
+        // cluster's envelopes: the owners count them in their load answers.
+        for (const owner of [r2, r3]) assert.isAbove((yield* loadOf(owner, SHARDS)).directTurns ?? 0, 0, `${owner.name}'s direct turns`)
         for (const [remote, alone] of [[onR2, aloneR2], [onR3, aloneR3]] as const) {
           assert.strictEqual(doneOf(remote.two).usage.reuse, "continuation")
           assert.strictEqual(doneOf(alone.two).usage.reuse, "continuation")
