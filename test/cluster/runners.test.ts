@@ -13,15 +13,21 @@
 import { loadOf } from "./membership-support.js"
 import { shardLocks } from "./settle.js"
 import { assert, describe, layer } from "@effect/vitest"
+import * as NodeSocket from "@effect/platform-node/NodeSocket"
+import { Socket } from "@effect/platform/Socket"
+import * as RpcClient from "@effect/rpc/RpcClient"
+import * as RpcSerialization from "@effect/rpc/RpcSerialization"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import * as ChunkChannel from "../../src/cluster/ChunkChannel.js"
 import * as Runner from "../../src/cluster/Runner.js"
 import * as Status from "../../src/cluster/Status.js"
 import * as Storage from "../../src/cluster/Storage.js"
+import * as Transport from "../../src/cluster/Transport.js"
 import type { ChatMessage } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
@@ -190,5 +196,32 @@ describe("a cluster of three runners", () => {
         assert.isAbove(doneOf(turn).usage.reusedTokens, 0)
         assert.isAtMost(doneOf(turn).usage.reusedTokens, result.preparedTokens)
       }), 120_000)
+
+    it.scoped("a runner refuses a direct turn of a conversation whose shard it does not hold (NotOwner), before any chunk", () =>
+      Effect.gen(function*() {
+        const { members } = yield* TestCluster
+        const [r1, r2] = members as [Member, Member, Member]
+        const snapshot = yield* settled
+        let conversation: string | undefined
+        for (let i = 0; conversation === undefined; i++) {
+          if ((yield* Status.ownerOf(snapshot, `elsewhere-${i}`)) === r2.stored) conversation = `elsewhere-${i}`
+          if (i > 10_000) assert.fail("no conversation id for r2")
+        }
+        // r1's sink, called as an entry whose loads were stale would call it.
+        const r1Sink = ChunkChannel.sinkListenAddress(Transport.unixAddress(r1.stored.slice(0, -":0".length)))
+        const socket = yield* NodeSocket.makeNet({ path: r1Sink.host })
+        const protocol = yield* RpcClient.makeProtocolSocket().pipe(
+          Effect.provideService(Socket, socket),
+          Effect.provide(RpcSerialization.layerMsgPack)
+        )
+        const client = yield* RpcClient.make(ChunkChannel.ChunkRpcs).pipe(Effect.provideService(RpcClient.Protocol, protocol))
+        const refused = yield* Effect.flip(client.Serve({
+          conversation,
+          turn: "a-turn",
+          request: { messages: [{ role: "user", content: "hello" }], conversation, ...settings },
+          sink: r1Sink
+        }))
+        assert.strictEqual(refused._tag, "NotOwner")
+      }), 60_000)
   })
 })
