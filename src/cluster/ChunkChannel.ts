@@ -16,6 +16,10 @@
  * is still awaited, once they are in (the inbox is bounded, so a slow client holds its owner back).
  * The pusher (owner side): one RPC client per sink address, kept while used; a turn a runner
  * serves for itself (the entity is local) goes to its own sink in process.
+ *
+ * Direct turns: the sink also takes a turn's request (`Serve`) from an entry that knows, from the
+ * runners' load answers, which runner holds the conversation's shard; that runner runs it through
+ * its own entity (RoutingProvider.layerDirectServer), or refuses it with NotOwner.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import * as NodeSocket from "@effect/platform-node/NodeSocket"
@@ -70,7 +74,7 @@ export class ChunkRpcs extends RpcGroup.make(
   Rpc.make("Serve", { payload: DirectTurn, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) })
 ) {}
 
-/** How a runner serves a direct turn (ConversationEntity.layerDirect: through its own entity, if it holds the shard). */
+/** How a runner serves a direct turn (RoutingProvider.layerDirectServer: through its own entity, if it holds the shard). */
 export class TurnServer extends Context.Tag("nativegen/cluster/TurnServer")<TurnServer, {
   readonly serve: (turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner>
 }>() {}
