@@ -294,7 +294,8 @@ const clusterLayer = (settings: ServeSettings) =>
       clusterStorage: settings.clusterStorage ?? Option.none(),
       clusterDetection: settings.clusterDetection ?? Option.none(),
       clusterShards: settings.clusterShards ?? Option.none(),
-      clusterHold: settings.clusterHold ?? Option.none()
+      clusterHold: settings.clusterHold ?? Option.none(),
+      clusterSinkPort: settings.clusterSinkPort ?? Option.none()
     })
     if (runner === undefined) return Layer.empty
     const Runner = yield* Effect.promise(() => import("../cluster/Runner.js"))

@@ -99,9 +99,9 @@ export class TurnSink extends Context.Tag("nativegen/cluster/TurnSink")<TurnSink
   readonly directTurns: () => number
 }>() {}
 
-/** Where a runner at `listen` takes pushes: a Unix socket beside its own, or an ephemeral port of its host. */
-export const sinkListenAddress = (listen: RunnerAddress): RunnerAddress =>
-  isUnix(listen) ? RunnerAddress.make({ host: `${listen.host}.chunks`, port: 0 }) : RunnerAddress.make({ host: listen.host, port: 0 })
+/** Where a runner at `listen` takes pushes: a Unix socket beside its own, or `port` of its host (0: a free one). */
+export const sinkListenAddress = (listen: RunnerAddress, port = 0): RunnerAddress =>
+  isUnix(listen) ? RunnerAddress.make({ host: `${listen.host}.chunks`, port: 0 }) : RunnerAddress.make({ host: listen.host, port })
 
 /**
  * The sink of a runner that others reach at `advertised` and that listens at `listen`: its push
@@ -109,7 +109,8 @@ export const sinkListenAddress = (listen: RunnerAddress): RunnerAddress =>
  */
 export const layerSink = (
   advertised: RunnerAddress,
-  listen: RunnerAddress
+  listen: RunnerAddress,
+  port = 0
 ): Layer.Layer<TurnSink, SocketServer.SocketServerError, TurnServer> =>
   Layer.scoped(
     TurnSink,
@@ -125,7 +126,7 @@ export const layerSink = (
           return turns.serve(turn)
         })
       })
-      const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen)))
+      const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen, port)))
       yield* Layer.buildWithScope(
         RpcServer.layer(ChunkRpcs).pipe(
           Layer.provide(handlers),

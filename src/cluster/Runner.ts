@@ -62,6 +62,8 @@ export interface RunnerSettings {
   readonly hold?: Duration.DurationInput | undefined
   /** How long a runner giving up a shard waits for its turns to end (default `defaultDrain`). */
   readonly drain?: Duration.DurationInput | undefined
+  /** A TCP runner's sink port (ChunkChannel; default 0: a free one). */
+  readonly sinkPort?: number | undefined
 }
 
 /** Turns are given 30 s to end when their shard moves; a turn still running then is interrupted. */
@@ -143,7 +145,7 @@ export const layer = (
     Layer.provide(Layer.mergeAll(Placement.layer(settings.address), WorkEntity.layerLoads(settings.address, settings.shards), Transcripts.layer)),
     // Turns' chunks come straight from their owners (ChunkChannel): this runner's sink and pusher.
     Layer.provide(ChunkChannel.layerPusher.pipe(
-      Layer.provideMerge(ChunkChannel.layerSink(settings.address, settings.listen ?? settings.address)),
+      Layer.provideMerge(ChunkChannel.layerSink(settings.address, settings.listen ?? settings.address, settings.sinkPort ?? 0)),
       // The sink also takes turns sent straight to this runner (RoutingProvider.layerDirectServer).
       Layer.provide(RoutingProvider.layerDirectServer)
     )),

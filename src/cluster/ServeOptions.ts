@@ -70,6 +70,15 @@ export const options = {
     Options.optional,
     Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_HOLD")))
   ),
+  clusterSinkPort: Options.integer("cluster-sink-port").pipe(
+    Options.withDescription(
+      "TCP port where this runner takes the turn chunks and direct turns of the other runners (env " +
+        "NATIVEGEN_CLUSTER_SINK_PORT; TCP --cluster only; default 0: a free port, named in every turn): fix it where a " +
+        "firewall must let it through"
+    ),
+    Options.optional,
+    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_SINK_PORT")))
+  ),
   clusterShards: Options.integer("cluster-shards").pipe(
     Options.withDescription(
       `Shards the conversations are spread over; the same on every runner (env NATIVEGEN_CLUSTER_SHARDS; default ${defaults.shards})`
@@ -86,6 +95,7 @@ export interface ClusterFlags {
   readonly clusterShards: Option.Option<number>
   readonly clusterConversations?: Option.Option<string>
   readonly clusterHold?: Option.Option<number>
+  readonly clusterSinkPort?: Option.Option<number>
 }
 
 /** The runner's settings from the flags; none when `--cluster` is not given. */
@@ -114,6 +124,13 @@ export const settingsOf = (flags: ClusterFlags): Effect.Effect<RunnerSettings | 
     if (hold < 0 || hold > maxHoldMillis) {
       return yield* new CliUsageError({ reason: `--cluster-hold ${hold}: from 0 to ${maxHoldMillis} milliseconds` })
     }
-    const settings: RunnerSettings = { address, storage, detection: Duration.seconds(detection), shards, hold: Duration.millis(hold) }
+    const sinkPort = Option.getOrElse(flags.clusterSinkPort ?? Option.none(), () => 0)
+    if (sinkPort !== 0 && at._tag === "Unix") {
+      return yield* new CliUsageError({ reason: `--cluster-sink-port ${sinkPort}: only for a TCP --cluster address (a Unix runner's sink is <socket>.chunks)` })
+    }
+    if (!Number.isInteger(sinkPort) || sinkPort < 0 || sinkPort > 65535 || (at._tag === "Tcp" && sinkPort === at.port && sinkPort !== 0)) {
+      return yield* new CliUsageError({ reason: `--cluster-sink-port ${sinkPort}: from 1 to 65535, not the --cluster port (0: a free port)` })
+    }
+    const settings: RunnerSettings = { address, storage, detection: Duration.seconds(detection), shards, hold: Duration.millis(hold), sinkPort }
     return settings
   })

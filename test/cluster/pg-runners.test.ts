@@ -20,6 +20,7 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Redacted from "effect/Redacted"
+import * as Net from "node:net"
 import type { ChatMessage, GenerateChunk } from "../../src/domain/Inference.js"
 import * as Client from "../../src/rpc/Client.js"
 import { Provider } from "../../src/services/Provider.js"
@@ -34,6 +35,8 @@ const SHARDS = 6
 interface Member {
   readonly name: string
   readonly address: string
+  /** Its sink's fixed port (`--cluster-sink-port`), as behind a firewall. */
+  readonly sinkPort: number
   readonly provider: Provider["Type"]
 }
 
@@ -50,14 +53,16 @@ const clusterLayer = Layer.scoped(
       Effect.gen(function*() {
         const home = yield* makeHome
         const address = `127.0.0.1:${yield* freePort}`
+        const sinkPort = yield* freePort
         const server = yield* startServer(home, {
           ...smallServerEnv,
           NATIVEGEN_CLUSTER: address,
           NATIVEGEN_CLUSTER_STORAGE: url,
-          NATIVEGEN_CLUSTER_SHARDS: String(SHARDS)
+          NATIVEGEN_CLUSTER_SHARDS: String(SHARDS),
+          NATIVEGEN_CLUSTER_SINK_PORT: String(sinkPort)
         }, "240 seconds")
         const context = yield* Layer.build(Client.layer({ socketPath: server.socket }))
-        return { name, address, provider: Context.get(context, Provider) }
+        return { name, address, sinkPort, provider: Context.get(context, Provider) }
       }), { concurrency: "unbounded" })
     return { members: [members[0]!, members[1]!] as const, url }
   })
@@ -146,6 +151,14 @@ describe.skipIf(unavailable !== undefined)(named("a cluster of two runners on Po
         assert.isTrue(shown.runners.every((r) => r.shards!.length > 0))
         assert.strictEqual(placed.get(owned.get("r1")!.id)?.holder, r1.address)
         assert.strictEqual(placed.get(owned.get("r2")!.id)?.holder, r2.address)
+        // The turns' chunks came through the sinks on their fixed ports (ChunkChannel), which listen there.
+        for (const member of members) {
+          yield* Effect.async<void, string>((resume) => {
+            const probe = Net.connect({ host: "127.0.0.1", port: member.sinkPort })
+            probe.once("connect", () => (probe.destroy(), resume(Effect.void)))
+            probe.once("error", (e) => resume(Effect.fail(`${member.name}'s sink on ${member.sinkPort}: ${e.message}`)))
+          })
+        }
       }))
   })
 })

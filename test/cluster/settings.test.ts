@@ -12,12 +12,13 @@ import * as Health from "../../src/cluster/Health.js"
 import { settingsOf } from "../../src/cluster/ServeOptions.js"
 import * as Storage from "../../src/cluster/Storage.js"
 
-const flags = (cluster: string | undefined, more: Partial<Record<"storage" | "detection" | "shards" | "hold", string | number>> = {}) => ({
+const flags = (cluster: string | undefined, more: Partial<Record<"storage" | "detection" | "shards" | "hold" | "sinkPort", string | number>> = {}) => ({
   cluster: Option.fromNullable(cluster),
   clusterStorage: Option.fromNullable(more.storage as string | undefined),
   clusterDetection: Option.fromNullable(more.detection as number | undefined),
   clusterShards: Option.fromNullable(more.shards as number | undefined),
-  clusterHold: Option.fromNullable(more.hold as number | undefined)
+  clusterHold: Option.fromNullable(more.hold as number | undefined),
+  clusterSinkPort: Option.fromNullable(more.sinkPort as number | undefined)
 })
 
 describe("cluster settings", () => {
@@ -35,6 +36,9 @@ describe("cluster settings", () => {
       const held = yield* settingsOf(flags("/run/ng/r1.sock", { hold: 5 }))
       assert.strictEqual(Duration.toMillis(Duration.decode(held!.hold ?? 0)), 5)
       assert.isUndefined(yield* settingsOf(flags(undefined)))
+      // A TCP runner's sink: a free port unless fixed (for a firewall).
+      assert.strictEqual(tcp?.sinkPort, 0)
+      assert.strictEqual((yield* settingsOf(flags("10.0.0.1:34431", { sinkPort: 34432 })))?.sinkPort, 34432)
     }))
 
   it.effect("refusals name the flag and the value", () =>
@@ -46,7 +50,10 @@ describe("cluster settings", () => {
           flags("/r.sock", { storage: "mysql://x" }),
           flags("/r.sock", { detection: 0 }),
           flags("/r.sock", { shards: 0 }),
-          flags("/r.sock", { hold: 101 })
+          flags("/r.sock", { hold: 101 }),
+          flags("/r.sock", { sinkPort: 34432 }),
+          flags("10.0.0.1:34431", { sinkPort: 34431 }),
+          flags("10.0.0.1:34431", { sinkPort: 70000 })
         ],
         (f) => Effect.map(Effect.flip(settingsOf(f)), (e) => e.reason)
       )
@@ -56,6 +63,9 @@ describe("cluster settings", () => {
       assert.include(reasons[3], "--cluster-detection 0")
       assert.include(reasons[4], "--cluster-shards 0")
       assert.include(reasons[5], "--cluster-hold 101: from 0 to 100")
+      assert.include(reasons[6], "--cluster-sink-port 34432: only for a TCP --cluster address")
+      assert.include(reasons[7], "--cluster-sink-port 34431: from 1 to 65535, not the --cluster port")
+      assert.include(reasons[8], "--cluster-sink-port 70000")
     }))
 
   it("storage: file paths and file: URLs are SQLite, postgres URLs are PostgreSQL with the password hidden in logs", () => {
