@@ -1,7 +1,7 @@
 /**
  * `nativegen engine build [--gpu cuda|vulkan|cpu]`: builds llama.cpp for this machine, offline,
  * from the source node-llama-cpp ships (`llama/gitRelease.bundle`), with node-llama-cpp's own
- * `source download --skipBuild`, nativegen's patches (EngineBuilds: `patches/llama.cpp/`) and
+ * `source download --skipBuild`, nativegen's patches (SourcePatches: `patches/llama.cpp/`) and
  * `source build` (CMake, a C++ compiler and, for CUDA, the CUDA
  * toolkit; for CUDA the build targets the GPUs present, GGML_NATIVE). The build is kept where
  * node-llama-cpp keeps local builds (`node_modules/node-llama-cpp/llama/localBuilds/<platform>-<gpu>`),
@@ -18,7 +18,6 @@ import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Path from "node:path"
 import {
-  applySourcePatch,
   buildDirectory,
   type BuildGpu,
   buildGpus,
@@ -28,6 +27,7 @@ import {
   type SourcePatch,
   sourcePatches
 } from "../native/EngineBuilds.js"
+import { applySourcePatch } from "./SourcePatches.js"
 
 /** A build step exited non-zero (its output went to the terminal). */
 export class EngineBuildFailed extends Data.TaggedError("EngineBuildFailed")<{

@@ -22,7 +22,6 @@
  * its own entity (RoutingProvider.layerDirectServer), or refuses it with NotOwner.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
-import * as NodeSocket from "@effect/platform-node/NodeSocket"
 import { Socket } from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import * as Rpc from "@effect/rpc/Rpc"
@@ -47,7 +46,7 @@ import { EngineUnavailable } from "../domain/EngineError.js"
 import { GenerateRequest } from "../domain/Inference.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { TurnChunk } from "./TurnChunk.js"
-import { formatAddress, isUnix, layerSocketServer } from "./Transport.js"
+import { formatAddress, isUnix, layerSocketServer, openSocket } from "./Transport.js"
 
 /** What the owner answers a turn with once its chunks are all pushed: how many (the entry checks it received them all). */
 export const TurnEnd = Schema.Struct({ chunks: Schema.NonNegativeInt })
@@ -183,9 +182,7 @@ export class SinkClients extends Context.Tag("nativegen/cluster/SinkClients")<Si
 /** A connection to `sink`: Unix socket, or TCP with noDelay. */
 const connect = (sink: RunnerAddress) =>
   Effect.gen(function*() {
-    const socket = yield* NodeSocket.makeNet(
-      isUnix(sink) ? { path: sink.host, openTimeout: 1000 } : { host: sink.host, port: sink.port, noDelay: true, openTimeout: 1000 }
-    )
+    const socket = yield* openSocket(sink)
     const protocol = yield* RpcClient.makeProtocolSocket().pipe(
       Effect.provideService(Socket, socket),
       Effect.provide(RpcSerialization.layerMsgPack)

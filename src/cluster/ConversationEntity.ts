@@ -24,6 +24,9 @@
  * entity then hands its conversation over (its KV to its state file) as it closes.
  */
 import * as Entity from "@effect/cluster/Entity"
+import * as EntityId from "@effect/cluster/EntityId"
+import type { Sharding } from "@effect/cluster/Sharding"
+import type * as ShardId from "@effect/cluster/ShardId"
 import * as Rpc from "@effect/rpc/Rpc"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
@@ -50,6 +53,12 @@ export const Conversation = Entity.make("Conversation", [
     error: ProviderError
   })
 ])
+
+/** The shard `conversation`'s entity lives in, by Sharding's own hash. */
+export const conversationShard = (sharding: Sharding["Type"], conversation: string): ShardId.ShardId => {
+  const id = EntityId.make(conversation)
+  return sharding.getShardId(id, Conversation.getShardGroup(id))
+}
 
 /** Whether a turn's messages carry the conversation's history (an assistant message), not only the new turn. */
 const holdsHistory = (messages: ReadonlyArray<ChatMessage>) => messages.some((m) => m.role === "assistant")

@@ -20,7 +20,6 @@
  * and waits for the shard's next owner.
  */
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
-import * as EntityId from "@effect/cluster/EntityId"
 import { Sharding } from "@effect/cluster/Sharding"
 import { isSocketError } from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
@@ -33,9 +32,9 @@ import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { NotOwner, receive, SinkClients, type SinkUnreachable, type TurnEnd, TurnServer, TurnSink } from "./ChunkChannel.js"
+import { NotOwner, receive, SinkClients, type SinkUnreachable, TurnServer, TurnSink } from "./ChunkChannel.js"
 import { Loads } from "./Load.js"
-import { Conversation } from "./ConversationEntity.js"
+import { Conversation, conversationShard } from "./ConversationEntity.js"
 import { tokenCount, type TurnChunk } from "./TurnChunk.js"
 import { Preparation } from "./PreparationEntity.js"
 
@@ -108,6 +107,15 @@ const refusal = (conversation: string) =>
       : `conversation ${conversation}: the cluster storage failed (${error.message})`
   })
 
+/** An entity call of `conversation` with the cluster's refusals as the runtime's own errors. */
+const refusedAsProviderErrors = (conversation: string) =>
+<A, R>(call: Effect.Effect<A, ProviderError | ClusterRefusal, R>): Effect.Effect<A, ProviderError, R> =>
+  Effect.catchTags(call, {
+    MailboxFull: (e) => Effect.fail(refusal(conversation)(e)),
+    AlreadyProcessingMessage: (e) => Effect.fail(refusal(conversation)(e)),
+    PersistenceError: (e) => Effect.fail(refusal(conversation)(e))
+  })
+
 /** The routing Provider over the local one (the Provider in context) and the Sharding of this runner. */
 export const make = Effect.gen(function*() {
   const local = yield* Provider
@@ -123,7 +131,7 @@ export const make = Effect.gen(function*() {
    */
   const ownerOf = (conversation: string) =>
     Effect.map(loads.others, (others) => {
-      const shard = sharding.getShardId(EntityId.make(conversation), Conversation.getShardGroup(EntityId.make(conversation)))
+      const shard = conversationShard(sharding, conversation)
       if (sharding.hasShardId(shard)) return undefined
       return others.find((load) => load.shards.includes(shard.id))?.sink
     })
@@ -197,13 +205,7 @@ export const make = Effect.gen(function*() {
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
   const preparationFor = yield* Preparation.client
   const prepare = (request: PrepareRequest) =>
-    preparationFor(request.conversation).Prepare(request).pipe(
-      Effect.catchTags({
-        MailboxFull: (e) => Effect.fail(refusal(request.conversation)(e)),
-        AlreadyProcessingMessage: (e) => Effect.fail(refusal(request.conversation)(e)),
-        PersistenceError: (e) => Effect.fail(refusal(request.conversation)(e))
-      })
-    )
+    preparationFor(request.conversation).Prepare(request).pipe(refusedAsProviderErrors(request.conversation))
   return Provider.of({ ...local, generate, prepare })
 })
 
@@ -224,17 +226,8 @@ export const layerDirectServer: Layer.Layer<TurnServer, never, Sharding> = Layer
     const clientFor = yield* Conversation.client
     return TurnServer.of({
       serve: ({ conversation, request, sink, turn }) => {
-        const id = EntityId.make(conversation)
-        if (!sharding.hasShardId(sharding.getShardId(id, Conversation.getShardGroup(id)))) {
-          return Effect.fail(new NotOwner({ conversation }))
-        }
-        return clientFor(conversation).Turn({ turn, request, sink }).pipe(
-          Effect.catchTags({
-            MailboxFull: (e) => Effect.fail(refusal(conversation)(e)),
-            AlreadyProcessingMessage: (e) => Effect.fail(refusal(conversation)(e)),
-            PersistenceError: (e) => Effect.fail(refusal(conversation)(e))
-          })
-        ) satisfies Effect.Effect<TurnEnd, ProviderError>
+        if (!sharding.hasShardId(conversationShard(sharding, conversation))) return Effect.fail(new NotOwner({ conversation }))
+        return clientFor(conversation).Turn({ turn, request, sink }).pipe(refusedAsProviderErrors(conversation))
       }
     })
   })

@@ -128,7 +128,7 @@ export const settingsOf = (flags: ClusterFlags): Effect.Effect<RunnerSettings | 
     if (sinkPort !== 0 && at._tag === "Unix") {
       return yield* new CliUsageError({ reason: `--cluster-sink-port ${sinkPort}: only for a TCP --cluster address (a Unix runner's sink is <socket>.chunks)` })
     }
-    if (!Number.isInteger(sinkPort) || sinkPort < 0 || sinkPort > 65535 || (at._tag === "Tcp" && sinkPort === at.port && sinkPort !== 0)) {
+    if (sinkPort < 0 || sinkPort > 65535 || (at._tag === "Tcp" && sinkPort === at.port)) {
       return yield* new CliUsageError({ reason: `--cluster-sink-port ${sinkPort}: from 1 to 65535, not the --cluster port (0: a free port)` })
     }
     const settings: RunnerSettings = { address, storage, detection: Duration.seconds(detection), shards, hold: Duration.millis(hold), sinkPort }

@@ -13,7 +13,6 @@
  * `pg-session:PID`. Settled, each runner's session holds exactly its assigned shards, so the names
  * are exact; `locks` says which kind was read.
  */
-import * as EntityId from "@effect/cluster/EntityId"
 import * as ClusterRunner from "@effect/cluster/Runner"
 import { Sharding } from "@effect/cluster/Sharding"
 import { ShardingConfig } from "@effect/cluster/ShardingConfig"
@@ -22,7 +21,7 @@ import type { SqlError } from "@effect/sql/SqlError"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Option from "effect/Option"
-import { Conversation } from "./ConversationEntity.js"
+import { conversationShard } from "./ConversationEntity.js"
 import { assignments } from "./Load.js"
 import { storedAddress } from "./Placement.js"
 import { tablePrefix } from "./Storage.js"
@@ -170,10 +169,7 @@ export const snapshot: Effect.Effect<ClusterSnapshot, SqlError, SqlClient.SqlCli
 
 /** The shard a conversation's entity lives in (`group:n`). */
 export const shardOf = (conversation: string): Effect.Effect<string, never, Sharding> =>
-  Effect.map(Sharding, (sharding) => {
-    const id = EntityId.make(conversation)
-    return sharding.getShardId(id, Conversation.getShardGroup(id)).toString()
-  })
+  Effect.map(Sharding, (sharding) => conversationShard(sharding, conversation).toString())
 
 /** The address of the runner holding a conversation's shard, when the storage shows shard locks and one holds it. */
 export const ownerOf = (

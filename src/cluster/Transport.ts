@@ -48,6 +48,14 @@ export const withoutAcks = <P extends { readonly supportsAck: boolean }>(protoco
 export const layerServerProtocol: Layer.Layer<RpcServer.Protocol, never, RpcSerialization.RpcSerialization | SocketServer.SocketServer> =
   Layer.scoped(RpcServer.Protocol, Effect.map(RpcServer.makeProtocolSocketServer, withoutAcks))
 
+/** A socket to `address`: its Unix socket, or TCP with Nagle's algorithm off. */
+export const openSocket = (address: RunnerAddress) =>
+  NodeSocket.makeNet(
+    isUnix(address)
+      ? { path: address.host, openTimeout: 1000 }
+      : { host: address.host, port: address.port, noDelay: true, openTimeout: 1000 }
+  )
+
 /** Connects to another runner: Unix socket or TCP with noDelay, without stream acks (`withoutAcks`). */
 export const layerClientProtocol: Layer.Layer<Runners.RpcClientProtocol, never, RpcSerialization.RpcSerialization> =
   Layer.effect(
@@ -56,11 +64,7 @@ export const layerClientProtocol: Layer.Layer<Runners.RpcClientProtocol, never, 
       const serialization = yield* RpcSerialization.RpcSerialization
       // A runner that cannot be reached is a defect here: Runners turns it into RunnerUnavailable.
       return Effect.fnUntraced(function*(address: RunnerAddress) {
-        const socket = yield* NodeSocket.makeNet(
-          isUnix(address)
-            ? { path: address.host, openTimeout: 1000 }
-            : { host: address.host, port: address.port, noDelay: true, openTimeout: 1000 }
-        )
+        const socket = yield* openSocket(address)
         const protocol = yield* RpcClient.makeProtocolSocket().pipe(
           Effect.provideService(Socket, socket),
           Effect.provideService(RpcSerialization.RpcSerialization, serialization)

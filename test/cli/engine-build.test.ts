@@ -10,8 +10,8 @@ import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { compileStep, downloadSteps, patchesFor } from "../../src/cli/Engine.js"
+import { applySourcePatch } from "../../src/cli/SourcePatches.js"
 import {
-  applySourcePatch,
   buildDirectory,
   cudaGraphsPatch,
   nodeLlamaCppDirectory,
