@@ -48,7 +48,7 @@ const turnEqualToCold = (request: GenerateRequest) =>
     const held = (yield* Conversations).held(request.conversation!)!
     const prompt = held.slice(0, held.length - d.usage.generatedTokens)
     assert.strictEqual(prompt.length, d.usage.promptTokens)
-    assert.deepStrictEqual(held.slice(prompt.length), yield* cold(prompt, request.maxTokens!), `reuse ${d.usage.reuse} (${d.usage.reusedTokens} reused of ${d.usage.promptTokens})`)
+    assert.deepStrictEqual(held.slice(prompt.length), (yield* cold(prompt, request.maxTokens!)).tokens, `reuse ${d.usage.reuse} (${d.usage.reusedTokens} reused of ${d.usage.promptTokens})`)
     return d
   })
 

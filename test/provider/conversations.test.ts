@@ -2,10 +2,10 @@
  * Conversation reuse with a real engine child: continuation from a checkpoint, static-prefix
  * reuse, LRU eviction to a state file and restore, restart of the runtime between turns, and
  * preparation (also preempted at random points). Parity: a turn's greedy output after any reuse
- * equals a cold run (nothing reused) of exactly the same prompt tokens.
+ * equals a cold run (nothing reused) of exactly the same prompt tokens: bit for bit where reuse
+ * kept whole prefill chunks, up to a near tie where the held history was decoded token by token.
  */
 import { assert, describe, it, layer } from "@effect/vitest"
-import * as Chunk from "effect/Chunk"
 import * as Clock from "effect/Clock"
 import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
@@ -13,7 +13,6 @@ import * as Fiber from "effect/Fiber"
 import * as Duration from "effect/Duration"
 import * as Layer from "effect/Layer"
 import * as Schedule from "effect/Schedule"
-import * as Stream from "effect/Stream"
 import * as fc from "fast-check"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs"
@@ -26,29 +25,10 @@ import { Provider } from "../../src/services/Provider.js"
 import * as Scheduler from "../../src/services/Scheduler.js"
 import { runtimeLayer } from "../support/engine.js"
 import { answerOf, collect, doneOf as done, probabilitiesOf, tokensOf } from "../support/generation.js"
+import { assertCloseParity, cold } from "../conversations/support.js"
 
 const words = ["sea", "ship", "harbor", "wind", "sail", "crew", "light", "storm", "calm", "night", "map", "star"]
 const sentence = fc.array(fc.constantFrom(...words), { minLength: 2, maxLength: 12 }).map((w) => w.join(" "))
-
-/**
- * Greedy output of `prompt` with nothing reused, on the anonymous sequence (first filled with a
- * prompt that shares no first token, so no prefix of it can be reused).
- */
-const cold = (prompt: ReadonlyArray<number>, maxTokens: number) =>
-  Effect.gen(function*() {
-    const worker = yield* NativeWorker
-    // The last sequence is an anonymous one (after the conversation slots).
-    const sequence = (yield* (yield* Scheduler.Scheduler).status).slots - 1
-    const other = prompt[0] === 40 ? 41 : 40
-    yield* Stream.runDrain(worker.generate({ prompt: [other, 42], maxTokens: 1, sampling: { temperature: 0 }, sequence }))
-    const events = Chunk.toArray(yield* Stream.runCollect(
-      worker.generate({ prompt, maxTokens, sampling: { temperature: 0 }, sequence, confidence: true })
-    ))
-    const started = events.find((e) => e._tag === "Started")
-    assert.strictEqual(started?._tag === "Started" ? started.reusedTokens : -1, 0, "the cold run reused nothing")
-    const tokens = events.flatMap((e) => (e._tag === "Token" ? [e] : []))
-    return { tokens: tokens.map((t) => t.token), probabilities: tokens.map((t) => t.confidence!) }
-  })
 
 /** The prompt a turn ran on: what the conversation holds after it, minus the output. */
 const promptOfTurn = (conversation: string, generated: number) =>
@@ -65,18 +45,14 @@ const turnWithParity = (request: GenerateRequest) =>
     const prompt = yield* promptOfTurn(request.conversation ?? request.checkpoint!.conversation, d.usage.generatedTokens)
     assert.strictEqual(prompt.length, d.usage.promptTokens)
     const reference = yield* cold(prompt, request.maxTokens ?? assert.fail("the cold run needs the turn's maxTokens"))
-    // Parity: greedy output after reuse equals the cold run's (markers would be missing from Text tokens).
-    assert.deepStrictEqual(tokensOf(chunks), reference.tokens)
-    const probabilities = probabilitiesOf(chunks)
-    assert.strictEqual(probabilities.length, reference.probabilities.length)
+    const turn = { tokens: tokensOf(chunks), probabilities: probabilitiesOf(chunks) }
     if (d.usage.reuse === "continuation" || d.usage.reuse === "restored") {
-      // The held history was decoded one token per step; a cold run prefills it in chunks, so the
-      // batches differ and probabilities agree only closely (engine-notes.md: batch splits).
-      const diff = Math.max(0, ...probabilities.map((p, i) => Math.abs(p - reference.probabilities[i]!)))
-      assert.isAtMost(diff, 1e-3, `${d.usage.reuse}: probability difference ${diff}`)
+      // The held history was decoded one token per step, unlike the cold run's chunks.
+      assertCloseParity(turn, reference, d.usage.reuse)
     } else {
       // Reuse kept whole prefill chunks only: the same batches as the cold run, bit-identical.
-      assert.deepStrictEqual(probabilities, reference.probabilities, `${d.usage.reuse}: probabilities differ`)
+      assert.deepStrictEqual(turn.tokens, reference.tokens)
+      assert.deepStrictEqual(turn.probabilities, reference.probabilities, `${d.usage.reuse}: probabilities differ`)
       assert.strictEqual(d.usage.reusedTokens % 128, 0, "reuse ends on the prefill chunk grid")
     }
     return { done: d, answer: answerOf(chunks) }
@@ -111,7 +87,9 @@ describe("conversation reuse", () => {
                 assert.strictEqual(two.done.usage.reusedTokens, one.done.checkpoint!.tokens - 1)
               }).pipe(Effect.provide(context)))
             ),
-            { numRuns: 5 }
+            // The example is a near tie in the second turn's second token (0.07725 vs 0.07726),
+            // which the two batch splits decide differently (found by CI, seed 1122415972).
+            { numRuns: 5, examples: [["wind calm map crew crew storm ship wind light night light map", "crew wind", 11, 3]] }
           )
         )
       }))
