@@ -7,6 +7,8 @@
 #   the cluster's SQLite driver (the device runs no cluster) and the browser driver (~12 MB);
 # - nlc-cpu.tar.xz: @node-llama-cpp/linux-x64 with only its baseline CPU variant (the CPU side of the
 #   parity tests);
+# - sqlite.tar.xz: the cluster's SQLite driver (libsql, linux-x64-gnu), left out of nm.tar.xz, for
+#   the cluster benchmark on the device's cores (cluster-cores.sh);
 # - lsrc.tar.xz: the llama.cpp source node-llama-cpp ships (llama/gitRelease.bundle), for the CUDA
 #   build of the first call (build2.sh); later calls carry that call's cuda-*.part instead.
 # Then: `mkdir -p .gpu && cp $PACKS/{node.xz,nm.tar.xz,lsrc.tar.xz} .gpu/ && ln -sfn .. .gpu/app`
@@ -29,6 +31,9 @@ if [ ! -f "$PACKS/nlc-cpu.tar.xz" ]; then
   ( cd node_modules/@node-llama-cpp && find linux-x64 ! -type d ! -name 'libggml-cpu-*' -o -name 'libggml-cpu-x64.so' \
       | tar cf - -T - | xz -T2 -6 > "$PACKS/nlc-cpu.tar.xz" )
 fi
+[ -f "$PACKS/sqlite.tar.xz" ] || tar cf - --exclude='*.d.ts' --exclude='*.md' --exclude='*.map' node_modules/libsql \
+  node_modules/@libsql/client node_modules/@libsql/core node_modules/@libsql/hrana-client node_modules/@libsql/isomorphic-fetch \
+  node_modules/@libsql/isomorphic-ws node_modules/@libsql/linux-x64-gnu | xz -T2 -6 > "$PACKS/sqlite.tar.xz"
 if [ ! -f "$PACKS/lsrc.tar.xz" ]; then
   tmp=$(mktemp -d)
   git clone -q node_modules/node-llama-cpp/llama/gitRelease.bundle "$tmp/src"

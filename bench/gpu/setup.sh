@@ -23,6 +23,9 @@ cp -r "$CARRY/app/." "$APP/"
 if [ ! -d "$APP/node_modules/effect" ]; then
   tar xJf "$CARRY/nm.tar.xz" -C "$APP" && log "node_modules unpacked"
 fi
+if [ -f "$CARRY/sqlite.tar.xz" ] && [ ! -d "$APP/node_modules/libsql" ]; then
+  tar xJf "$CARRY/sqlite.tar.xz" -C "$APP" && log "SQLite driver unpacked"
+fi
 # nlc-*.tar.xz: node-llama-cpp prebuilt packages (nlc-cpu: linux-x64 with its baseline CPU variant,
 # for the CPU side of the parity tests; nlc-vulkan: linux-x64-vulkan).
 for pack in "$CARRY"/nlc-*.tar.xz; do

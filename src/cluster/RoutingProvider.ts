@@ -20,6 +20,7 @@
  * and waits for the shard's next owner.
  */
 import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
+import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { Sharding } from "@effect/cluster/Sharding"
 import { isSocketError } from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
@@ -116,6 +117,83 @@ const refusedAsProviderErrors = (conversation: string) =>
     PersistenceError: (e) => Effect.fail(refusal(conversation)(e))
   })
 
+/** The two ways one try of a turn can go, each streaming the turn's chunks as its runner pushes them. */
+export interface TurnRoutes {
+  /** The sink of the runner that holds the conversation, as the loads name it; none where this runner holds it or it is not known. */
+  readonly owner: Effect.Effect<RunnerAddress | undefined>
+  /** Straight to the owner's sink (its runner refuses with NotOwner where the shard moved). */
+  readonly direct: (owner: RunnerAddress, turn: string) => Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable>
+  /** Through the conversation's entity, wherever the cluster places it. */
+  readonly viaCluster: (turn: string) => Stream.Stream<TurnChunk, ProviderError | ClusterRefusal>
+}
+
+/**
+ * A turn of `conversation` with the entry's rules: straight to its owner where the loads name one,
+ * else through the conversation's entity. A direct turn that its runner refuses (NotOwner: the
+ * shard moved) or that cannot reach it before any chunk goes through the entity instead; one lost
+ * after chunks were delivered fails with GenerationFailed. A turn whose runner was lost before
+ * any chunk is sent again (a new turn id), at most `lostTurnRetries` times.
+ */
+export const routedTurn = (conversation: string, routes: TurnRoutes): Stream.Stream<GenerateChunk, ProviderError> => {
+  const attempt = (tries: number, direct: boolean): Stream.Stream<GenerateChunk, ProviderError> =>
+    Stream.unwrap(Effect.gen(function*() {
+      const owner = direct ? yield* routes.owner : undefined
+      const turn = Crypto.randomUUID()
+      let chunks = 0
+      let delivered = 0
+      const sent: Stream.Stream<TurnChunk, ProviderError | ClusterRefusal | NotOwner | SinkUnreachable> = owner === undefined
+        ? routes.viaCluster(turn)
+        : routes.direct(owner, turn)
+      return sent.pipe(
+        Stream.catchTags({
+          MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
+          AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
+          PersistenceError: (e) => Stream.fail(refusal(conversation)(e))
+        }),
+        exactlyOnce(conversation, turn),
+        Stream.tap((chunk) =>
+          Effect.sync(() => {
+            chunks++
+            delivered += tokenCount(chunk)
+          })
+        ),
+        Stream.catchTags({
+          // Before any chunk (its owner checks the shard first): through the entity instead.
+          NotOwner: () => attempt(tries, false),
+          SinkUnreachable: (e) =>
+            chunks === 0
+              ? attempt(tries, false)
+              : Stream.fail(new GenerationFailed({
+                deliveredTokens: delivered,
+                reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens ` +
+                  `(${e.message}); the turn was stopped, not re-run`
+              }))
+        }),
+        Stream.catchAllCause((cause) => {
+          // Our own interruption is not caught here; an interruption that ends the turn's stream
+          // is the cluster dropping the runner that served it (its connection is closed).
+          if (!runnerLost(cause)) return Stream.failCause(cause)
+          if (chunks > 0) {
+            return Stream.fail(new GenerationFailed({
+              deliveredTokens: delivered,
+              reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens; ` +
+                `the turn was stopped, not re-run`
+            }))
+          }
+          // Lost before anything was delivered: sent again, to the shard's next owner.
+          return tries < lostTurnRetries
+            ? attempt(tries + 1, false)
+            : Stream.fail(
+              new EngineUnavailable({
+                reason: `conversation ${conversation}: its runner was lost ${tries + 1} times before the turn began`
+              })
+            )
+        })
+      )
+    }))
+  return attempt(0, true)
+}
+
 /** The routing Provider over the local one (the Provider in context) and the Sharding of this runner. */
 export const make = Effect.gen(function*() {
   const local = yield* Provider
@@ -139,68 +217,11 @@ export const make = Effect.gen(function*() {
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
     const conversation = conversationOf(request)
     if (conversation === undefined) return local.generate(request)
-    /**
-     * One try of the turn: straight to its owner's sink where the loads name one (`direct`), else
-     * through the conversation's entity. A direct turn that the runner refuses (NotOwner: the
-     * shard moved) or that cannot reach it before any chunk goes through the entity instead.
-     */
-    const attempt = (tries: number, direct: boolean): Stream.Stream<GenerateChunk, ProviderError> =>
-      Stream.unwrap(Effect.gen(function*() {
-        const owner = direct ? yield* ownerOf(conversation) : undefined
-        const turn = Crypto.randomUUID()
-        let chunks = 0
-        let delivered = 0
-        const sent: Stream.Stream<TurnChunk, ProviderError | ClusterRefusal | NotOwner | SinkUnreachable> = owner === undefined
-          ? receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }))
-          : receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at }))
-        return sent.pipe(
-          Stream.catchTags({
-            MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
-            AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
-            PersistenceError: (e) => Stream.fail(refusal(conversation)(e))
-          }),
-          exactlyOnce(conversation, turn),
-          Stream.tap((chunk) =>
-            Effect.sync(() => {
-              chunks++
-              delivered += tokenCount(chunk)
-            })
-          ),
-          Stream.catchTags({
-            // Before any chunk (its owner checks the shard first): through the entity instead.
-            NotOwner: () => attempt(tries, false),
-            SinkUnreachable: (e) =>
-              chunks === 0
-                ? attempt(tries, false)
-                : Stream.fail(new GenerationFailed({
-                  deliveredTokens: delivered,
-                  reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens ` +
-                    `(${e.message}); the turn was stopped, not re-run`
-                }))
-          }),
-          Stream.catchAllCause((cause) => {
-            // Our own interruption is not caught here; an interruption that ends the turn's stream
-            // is the cluster dropping the runner that served it (its connection is closed).
-            if (!runnerLost(cause)) return Stream.failCause(cause)
-            if (chunks > 0) {
-              return Stream.fail(new GenerationFailed({
-                deliveredTokens: delivered,
-                reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens; ` +
-                  `the turn was stopped, not re-run`
-              }))
-            }
-            // Lost before anything was delivered: sent again, to the shard's next owner.
-            return tries < lostTurnRetries
-              ? attempt(tries + 1, false)
-              : Stream.fail(
-                new EngineUnavailable({
-                  reason: `conversation ${conversation}: its runner was lost ${tries + 1} times before the turn began`
-                })
-              )
-          })
-        )
-      }))
-    return attempt(0, true)
+    return routedTurn(conversation, {
+      owner: ownerOf(conversation),
+      direct: (owner, turn) => receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at })),
+      viaCluster: (turn) => receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }))
+    })
   }
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
   const preparationFor = yield* Preparation.client

@@ -1,0 +1,107 @@
+/**
+ * The entry runner's rules for one turn (RoutingProvider.routedTurn), with its two routes as
+ * streams of stamped chunks: a turn goes straight to the owner the loads name, else through the
+ * entity; a direct turn refused with NotOwner (the entry's view of the shards was stale), or whose
+ * owner cannot be reached before any chunk, is served through the entity, whole; one cut after
+ * chunks were delivered fails with GenerationFailed naming them and is not sent again; a turn
+ * whose runner was lost before any chunk is sent again, a bounded number of times.
+ */
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import { assert, describe, it } from "@effect/vitest"
+import * as Cause from "effect/Cause"
+import * as Chunk from "effect/Chunk"
+import * as Effect from "effect/Effect"
+import * as FiberId from "effect/FiberId"
+import * as Stream from "effect/Stream"
+import { NotOwner, SinkUnreachable } from "../../src/cluster/ChunkChannel.js"
+import { lostTurnRetries, routedTurn, type TurnRoutes } from "../../src/cluster/RoutingProvider.js"
+import { stamp } from "../../src/cluster/TurnChunk.js"
+import type { GenerateChunk } from "../../src/domain/Inference.js"
+import { failureOf } from "../support/generation.js"
+import { done, text } from "./chunks.js"
+
+const owner = RunnerAddress.make({ host: "/run/r2.sock.chunks", port: 0 })
+const served: ReadonlyArray<GenerateChunk> = [text([1, 2]), text([3]), done]
+
+/** A route that serves `chunks` for whatever turn it is given. */
+const serving = (chunks: ReadonlyArray<GenerateChunk>) => (turn: string) => Stream.fromIterable(chunks).pipe(stamp(turn))
+
+/** Routes that record which were taken, in order. */
+const recorded = (routes: {
+  readonly owner?: RunnerAddress
+  readonly direct?: TurnRoutes["direct"]
+  readonly viaCluster?: TurnRoutes["viaCluster"]
+}) => {
+  const taken: Array<string> = []
+  const unused = (route: string) => () => Stream.die(`the ${route} route was taken`)
+  const direct = routes.direct ?? unused("direct")
+  const viaCluster = routes.viaCluster ?? unused("cluster")
+  return {
+    taken,
+    routes: {
+      owner: Effect.succeed(routes.owner),
+      direct: (at: RunnerAddress, turn: string) => Stream.suspend(() => (taken.push("direct"), direct(at, turn))),
+      viaCluster: (turn: string) => Stream.suspend(() => (taken.push("cluster"), viaCluster(turn)))
+    } satisfies TurnRoutes
+  }
+}
+
+const run = (routes: TurnRoutes) => Effect.map(Stream.runCollect(routedTurn("c1", routes)), Chunk.toArray)
+
+describe("the entry's route for a turn", () => {
+  it.effect("straight to the owner the loads name; through the entity where none is named", () =>
+    Effect.gen(function*() {
+      const known = recorded({ owner, direct: (_, turn) => serving(served)(turn) })
+      assert.deepStrictEqual(yield* run(known.routes), [...served])
+      assert.deepStrictEqual(known.taken, ["direct"])
+      const unknown = recorded({ viaCluster: serving(served) })
+      assert.deepStrictEqual(yield* run(unknown.routes), [...served])
+      assert.deepStrictEqual(unknown.taken, ["cluster"])
+    }))
+
+  it.effect("a direct turn refused with NotOwner is served through the entity, whole", () =>
+    Effect.gen(function*() {
+      const stale = recorded({ owner, direct: () => Stream.fail(new NotOwner({ conversation: "c1" })), viaCluster: serving(served) })
+      assert.deepStrictEqual(yield* run(stale.routes), [...served])
+      assert.deepStrictEqual(stale.taken, ["direct", "cluster"])
+    }))
+
+  it.effect("an owner unreachable before any chunk: through the entity; after chunks: GenerationFailed naming them, not sent again", () =>
+    Effect.gen(function*() {
+      const unreachable = new SinkUnreachable({ sink: owner.host, reason: "connection refused" })
+      const before = recorded({ owner, direct: () => Stream.fail(unreachable), viaCluster: serving(served) })
+      assert.deepStrictEqual(yield* run(before.routes), [...served])
+      assert.deepStrictEqual(before.taken, ["direct", "cluster"])
+
+      const after = recorded({
+        owner,
+        direct: (_, turn) => Stream.concat(Stream.fromIterable(served.slice(0, 2)).pipe(stamp(turn)), Stream.fail(unreachable))
+      })
+      const delivered: Array<GenerateChunk> = []
+      const failure = yield* failureOf(Stream.runForEach(routedTurn("c1", after.routes), (c) => Effect.sync(() => delivered.push(c))))
+      assert.deepStrictEqual(delivered, served.slice(0, 2))
+      assert.strictEqual(failure._tag, "GenerationFailed")
+      assert.strictEqual(failure._tag === "GenerationFailed" ? failure.deliveredTokens : -1, 3)
+      assert.deepStrictEqual(after.taken, ["direct"])
+    }))
+
+  it.effect("a turn whose runner was lost before any chunk is sent again, each time with a new turn id, at most lostTurnRetries times", () =>
+    Effect.gen(function*() {
+      const lost = Stream.failCause(Cause.interrupt(FiberId.none))
+      let attempts = 0
+      const turns = new Set<string>()
+      const recovers = recorded({
+        viaCluster: (turn) => {
+          turns.add(turn)
+          return ++attempts < 3 ? lost : serving(served)(turn)
+        }
+      })
+      assert.deepStrictEqual(yield* run(recovers.routes), [...served])
+      assert.strictEqual(turns.size, 3)
+
+      const never = recorded({ viaCluster: () => lost })
+      const failure = yield* failureOf(run(never.routes))
+      assert.strictEqual(failure._tag, "EngineUnavailable")
+      assert.strictEqual(never.taken.length, lostTurnRetries + 1)
+    }))
+})
