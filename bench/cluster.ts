@@ -19,7 +19,9 @@
  *
  * BENCH_CLUSTER_ROUNDS (default 6), BENCH_CLUSTER_TOKENS (generated per turn, default 32),
  * BENCH_CLUSTER_POSTGRES (a server URL: runner storage on PostgreSQL instead of SQLite),
- * BENCH_CLUSTER_HOLD (the runners' --cluster-hold in ms; default theirs, 0).
+ * BENCH_CLUSTER_HOLD (the runners' --cluster-hold in ms; default theirs, 0), BENCH_CLUSTER_DETECTION
+ * (the runners' --cluster-detection in seconds; default theirs, 3: what the runners' periodic
+ * storage work and pings cost the hop).
  * Results: bench/results/cluster-unix.json or cluster-tcp.json.
  */
 import * as Chunk from "effect/Chunk"
@@ -41,6 +43,7 @@ const TOKENS = Number(process.env.BENCH_CLUSTER_TOKENS ?? 32)
 const TCP = process.env.BENCH_CLUSTER_TRANSPORT === "tcp"
 /** The runners' --cluster-hold (ms): how long an owner holds a remote stream's chunks after the first. */
 const HOLD = process.env.BENCH_CLUSTER_HOLD
+const DETECTION = process.env.BENCH_CLUSTER_DETECTION
 const SHARDS = 12
 
 type Where = "local" | "remote" | "single"
@@ -112,7 +115,10 @@ const main = Effect.gen(function*() {
     (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
   )
   const { arg: storage, spec } = yield* clusterStorage(dir, "hop")
-  const hold: Record<string, string> = HOLD === undefined ? {} : { NATIVEGEN_CLUSTER_HOLD: HOLD }
+  const hold: Record<string, string> = {
+    ...(HOLD === undefined ? {} : { NATIVEGEN_CLUSTER_HOLD: HOLD }),
+    ...(DETECTION === undefined ? {} : { NATIVEGEN_CLUSTER_DETECTION: DETECTION })
+  }
   const addresses = TCP ? ["127.0.0.1:34531", "127.0.0.1:34532"] : [Path.join(dir, "r1.sock"), Path.join(dir, "r2.sock")]
   const [r1, r2, single] = yield* Effect.all([
     serve(dir, "r1", { address: addresses[0]!, storage, shards: SHARDS }, 1, hold),
@@ -161,7 +167,7 @@ const main = Effect.gen(function*() {
   const f = (n: number) => n.toFixed(2)
   const r = (s: ReturnType<typeof summary>) => `${f(s.median)} [${f(s.min)}–${f(s.max)}]`
   const load = loadavg()
-  console.log(`transport ${TCP ? "tcp (noDelay)" : "unix"}, ${storageKind} runner storage, ${ROUNDS} rounds, ${TOKENS} tokens per turn, hold ${HOLD ?? 0} ms, load ${load.join(" ")}`)
+  console.log(`transport ${TCP ? "tcp (noDelay)" : "unix"}, ${storageKind} runner storage, ${ROUNDS} rounds, ${TOKENS} tokens per turn, hold ${HOLD ?? 0} ms, detection ${DETECTION ?? 3} s, load ${load.join(" ")}`)
   console.log("medians [range], ms   first token            owner's first         hop at first        hop per token       client ms/token")
   for (const [name, x] of Object.entries(rows)) {
     console.log(`${name.padEnd(8)}  ${[x.first, x.ownerFirst, x.hopFirst, x.perToken, x.decode].map((s) => r(s).padEnd(20)).join("  ")}`)
