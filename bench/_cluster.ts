@@ -16,9 +16,10 @@ import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { projectRoot } from "../fixtures/models.js"
+import { ensureModel, type ModelName, modelSpecs, projectRoot } from "../fixtures/models.js"
 import * as Status from "../src/cluster/Status.js"
 import type { StorageSpec } from "../src/cluster/StorageSpec.js"
+import { prepareStore, storeRoot } from "./peer/Nativegen.js"
 
 /**
  * BENCH_CLUSTER_POSTGRES: a PostgreSQL server URL (`.ci/postgres start DIR` prints one) for the
@@ -66,6 +67,21 @@ export interface ClusterOf {
   readonly storage: string
   readonly shards: number
 }
+
+/**
+ * The environment that makes a server in `dir/name` serve `model` (a fixture name) instead of
+ * the packaged seed: a store in its home with the model active, signed by a key its home trusts.
+ */
+const isModelName = (name: string): name is ModelName => Object.hasOwn(modelSpecs, name)
+
+export const withModel = (dir: string, name: string, model: string) =>
+  Effect.gen(function*() {
+    if (!isModelName(model)) return yield* Effect.dieMessage(`unknown model ${model}; known: ${Object.keys(modelSpecs).join(", ")}`)
+    const home = Path.join(dir, name)
+    const env = { XDG_CONFIG_HOME: Path.join(home, ".config"), XDG_DATA_HOME: Path.join(home, "data") }
+    yield* prepareStore({ dir: home, env }, { modelPath: ensureModel(model), modelName: model })
+    return { XDG_CONFIG_HOME: env.XDG_CONFIG_HOME, NATIVEGEN_STORE_ROOT: storeRoot({ dir: home, env }) }
+  })
 
 /**
  * `nativegen serve` (with `--cluster` settings when `cluster` is given) in its own home and process

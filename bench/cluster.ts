@@ -21,7 +21,8 @@
  * BENCH_CLUSTER_POSTGRES (a server URL: runner storage on PostgreSQL instead of SQLite),
  * BENCH_CLUSTER_HOLD (the runners' --cluster-hold in ms; default theirs, 0), BENCH_CLUSTER_DETECTION
  * (the runners' --cluster-detection in seconds; default theirs, 3: what the runners' periodic
- * storage work and pings cost the hop).
+ * storage work and pings cost the hop), BENCH_CLUSTER_MODEL (a fixture model all three serve,
+ * e.g. qwen-bench; default the packaged seed, qwen-chat).
  * Results: bench/results/cluster-unix.json or cluster-tcp.json.
  */
 import * as Chunk from "effect/Chunk"
@@ -36,7 +37,7 @@ import * as Runner from "../src/cluster/Runner.js"
 import type { ChatMessage, GenerateChunk, GenerateRequest } from "../src/domain/Inference.js"
 import * as Client from "../src/rpc/Client.js"
 import { Provider } from "../src/services/Provider.js"
-import { clusterStorage, cpuBetween, cpuOfTree, loadavg, type Served, ownedBy, serve, settled, storageKind, summary, writeResult } from "./_cluster.js"
+import { clusterStorage, cpuBetween, cpuOfTree, loadavg, type Served, ownedBy, serve, settled, storageKind, summary, withModel, writeResult } from "./_cluster.js"
 
 const ROUNDS = Number(process.env.BENCH_CLUSTER_ROUNDS ?? 6)
 const TOKENS = Number(process.env.BENCH_CLUSTER_TOKENS ?? 32)
@@ -44,6 +45,7 @@ const TCP = process.env.BENCH_CLUSTER_TRANSPORT === "tcp"
 /** The runners' --cluster-hold (ms): how long an owner holds a remote stream's chunks after the first. */
 const HOLD = process.env.BENCH_CLUSTER_HOLD
 const DETECTION = process.env.BENCH_CLUSTER_DETECTION
+const MODEL = process.env.BENCH_CLUSTER_MODEL
 const SHARDS = 12
 
 type Where = "local" | "remote" | "single"
@@ -120,10 +122,11 @@ const main = Effect.gen(function*() {
     ...(DETECTION === undefined ? {} : { NATIVEGEN_CLUSTER_DETECTION: DETECTION })
   }
   const addresses = TCP ? ["127.0.0.1:34531", "127.0.0.1:34532"] : [Path.join(dir, "r1.sock"), Path.join(dir, "r2.sock")]
+  const model = (name: string) => MODEL === undefined ? Effect.succeed({}) : withModel(dir, name, MODEL)
   const [r1, r2, single] = yield* Effect.all([
-    serve(dir, "r1", { address: addresses[0]!, storage, shards: SHARDS }, 1, hold),
-    serve(dir, "r2", { address: addresses[1]!, storage, shards: SHARDS }, 1, hold),
-    serve(dir, "single", undefined)
+    Effect.flatMap(model("r1"), (env) => serve(dir, "r1", { address: addresses[0]!, storage, shards: SHARDS }, 1, { ...hold, ...env })),
+    Effect.flatMap(model("r2"), (env) => serve(dir, "r2", { address: addresses[1]!, storage, shards: SHARDS }, 1, { ...hold, ...env })),
+    Effect.flatMap(model("single"), (env) => serve(dir, "single", undefined, 1, env))
   ], { concurrency: "unbounded" })
   const provider = Context.get(yield* Layer.build(Client.layer({ socketPath: r1.socket })), Provider)
   const plain = Context.get(yield* Layer.build(Client.layer({ socketPath: single.socket })), Provider)
@@ -167,7 +170,7 @@ const main = Effect.gen(function*() {
   const f = (n: number) => n.toFixed(2)
   const r = (s: ReturnType<typeof summary>) => `${f(s.median)} [${f(s.min)}–${f(s.max)}]`
   const load = loadavg()
-  console.log(`transport ${TCP ? "tcp (noDelay)" : "unix"}, ${storageKind} runner storage, ${ROUNDS} rounds, ${TOKENS} tokens per turn, hold ${HOLD ?? 0} ms, detection ${DETECTION ?? 3} s, load ${load.join(" ")}`)
+  console.log(`transport ${TCP ? "tcp (noDelay)" : "unix"}, ${storageKind} runner storage, ${ROUNDS} rounds, ${TOKENS} tokens per turn, hold ${HOLD ?? 0} ms, detection ${DETECTION ?? 3} s, model ${MODEL ?? "qwen-chat (seed)"}, load ${load.join(" ")}`)
   console.log("medians [range], ms   first token            owner's first         hop at first        hop per token       client ms/token")
   for (const [name, x] of Object.entries(rows)) {
     console.log(`${name.padEnd(8)}  ${[x.first, x.ownerFirst, x.hopFirst, x.perToken, x.decode].map((s) => r(s).padEnd(20)).join("  ")}`)
@@ -179,6 +182,7 @@ const main = Effect.gen(function*() {
   writeResult(`cluster-${TCP ? "tcp" : "unix"}`, {
     transport: TCP ? "tcp" : "unix",
     storage: storageKind,
+    model: MODEL ?? "qwen-chat",
     rounds: ROUNDS,
     tokens: TOKENS,
     holdMillis: Number(HOLD ?? 0),

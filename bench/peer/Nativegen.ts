@@ -40,7 +40,7 @@ export interface Served {
 }
 
 /** The store of `home` with `modelPath` active for generation under `modelName`, signed by a key `home` trusts. */
-const prepareStore = (home: Home, settings: Settings) =>
+export const prepareStore = (home: Home, settings: Pick<Settings, "modelPath" | "modelName">) =>
   Effect.scoped(Effect.gen(function*() {
     const key = makeKey()
     const trusted = Path.join(home.env.XDG_CONFIG_HOME!, "nativegen", "trusted-keys")
@@ -58,7 +58,7 @@ const prepareStore = (home: Home, settings: Settings) =>
     })))
   })).pipe(Effect.orDie)
 
-const storeRoot = (home: Home) => Path.join(home.env.XDG_DATA_HOME!, "nativegen", "store")
+export const storeRoot = (home: Home) => Path.join(home.env.XDG_DATA_HOME!, "nativegen", "store")
 
 /**
  * The server's environment: threads, the generation context, the HTTP API on `port`, and as many
