@@ -18,14 +18,16 @@
  * serves for itself (the entity is local) goes to its own sink in process.
  *
  * Direct turns: the sink also takes a turn's request (`Serve`) from an entry that knows, from the
- * runners' load answers, which runner holds the conversation's shard; that runner runs it through
- * its own entity (RoutingProvider.layerDirectServer), or refuses it with NotOwner.
+ * runners' load answers, which runner holds the conversation's shard, and a one-off generation
+ * (`ServeOneOff`) from an entry that chose this runner by load; the runner runs them through its
+ * own entities (DirectServer.ts), or refuses them with NotOwner.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { Socket } from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcClient from "@effect/rpc/RpcClient"
+import type { RpcClientError } from "@effect/rpc/RpcClientError"
 import * as RpcGroup from "@effect/rpc/RpcGroup"
 import * as RpcSerialization from "@effect/rpc/RpcSerialization"
 import * as RpcServer from "@effect/rpc/RpcServer"
@@ -52,8 +54,11 @@ import { formatAddress, isUnix, layerSocketServer, openSocket } from "./Transpor
 export const TurnEnd = Schema.Struct({ chunks: Schema.NonNegativeInt })
 export type TurnEnd = typeof TurnEnd.Type
 
-/** A direct turn reached a runner that does not hold its conversation's shard (the entry's view of the shards was stale). */
-export class NotOwner extends Schema.TaggedError<NotOwner>()("NotOwner", { conversation: Schema.String }) {}
+/**
+ * A direct turn reached a runner that does not hold its conversation's shard, or a direct one-off
+ * one that holds no shard (stopping): the entry's view of the shards was stale.
+ */
+export class NotOwner extends Schema.TaggedError<NotOwner>()("NotOwner", { conversation: Schema.optional(Schema.String) }) {}
 
 /** A turn sent straight to the runner that holds its conversation (`Serve`), its chunks pushed to `sink`. */
 export const DirectTurn = Schema.Struct({
@@ -64,18 +69,24 @@ export const DirectTurn = Schema.Struct({
 })
 export type DirectTurn = typeof DirectTurn.Type
 
+/** A one-off generation sent straight to the runner the entry chose by load (`ServeOneOff`), its chunks pushed to `sink`. */
+export const DirectOneOff = Schema.Struct({ turn: Schema.String, request: GenerateRequest, sink: RunnerAddress })
+export type DirectOneOff = typeof DirectOneOff.Type
+
 export class ChunkRpcs extends RpcGroup.make(
   Rpc.make("Push", {
     payload: { turn: Schema.String, chunks: Schema.Array(TurnChunk) },
     /** Whether the turn is still awaited (false: its entry gave up on it; the owner stops). */
     success: Schema.Boolean
   }),
-  Rpc.make("Serve", { payload: DirectTurn, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) })
+  Rpc.make("Serve", { payload: DirectTurn, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) }),
+  Rpc.make("ServeOneOff", { payload: DirectOneOff, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) })
 ) {}
 
-/** How a runner serves a direct turn (RoutingProvider.layerDirectServer: through its own entity, if it holds the shard). */
+/** How a runner serves direct turns and one-offs (DirectServer.ts: through its own entities). */
 export class TurnServer extends Context.Tag("nativegen/cluster/TurnServer")<TurnServer, {
   readonly serve: (turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner>
+  readonly serveOneOff: (oneOff: DirectOneOff) => Effect.Effect<TurnEnd, ProviderError | NotOwner>
 }>() {}
 
 export interface Inbox<E> {
@@ -94,7 +105,7 @@ export class TurnSink extends Context.Tag("nativegen/cluster/TurnSink")<TurnSink
   readonly open: <E>(turn: string) => Effect.Effect<Inbox<E>, never, Scope.Scope>
   /** What a push does, in process: `turn`'s chunks into its inbox; whether the turn is still awaited. */
   readonly deliver: (turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean>
-  /** Turns other runners sent straight to this one since it started (`Serve`), refused ones included. */
+  /** Turns and one-offs other runners sent straight to this one since it started (`Serve`, `ServeOneOff`), refused ones included. */
   readonly directTurns: () => number
 }>() {}
 
@@ -123,6 +134,10 @@ export const layerSink = (
         Serve: (turn) => Effect.suspend(() => {
           directTurns++
           return turns.serve(turn)
+        }),
+        ServeOneOff: (oneOff) => Effect.suspend(() => {
+          directTurns++
+          return turns.serveOneOff(oneOff)
         })
       })
       const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen, port)))
@@ -179,6 +194,8 @@ export class SinkClients extends Context.Tag("nativegen/cluster/SinkClients")<Si
   readonly push: (sink: RunnerAddress, turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean, SinkUnreachable>
   /** Sends a turn straight to the runner whose sink this is. */
   readonly serve: (sink: RunnerAddress, turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner | SinkUnreachable>
+  /** Sends a one-off generation straight to the runner whose sink this is. */
+  readonly serveOneOff: (sink: RunnerAddress, oneOff: DirectOneOff) => Effect.Effect<TurnEnd, ProviderError | NotOwner | SinkUnreachable>
 }>() {}
 
 /** A connection to `sink`: Unix socket, or TCP with noDelay. */
@@ -200,6 +217,18 @@ export const layerPusher: Layer.Layer<SinkClients, never, TurnSink> = Layer.scop
     // One client per sink, closed a while after its last push.
     const clients = yield* RcMap.make({ lookup: connect, idleTimeToLive: "1 minute" })
     const unreachable = (sink: RunnerAddress) => (reason: string) => new SinkUnreachable({ sink: formatAddress(sink), reason })
+    /** A request to `sink` that a runner serves (a turn, a one-off); the connection's failures as SinkUnreachable. */
+    const served = (
+      sink: RunnerAddress,
+      send: (client: Effect.Effect.Success<ReturnType<typeof connect>>) => Effect.Effect<TurnEnd, ProviderError | NotOwner | RpcClientError>
+    ) =>
+      Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), send)).pipe(
+        Effect.catchTags({
+          RpcClientError: (error) => Effect.fail(unreachable(sink)(error.message)),
+          SocketError: (error) => Effect.fail(unreachable(sink)(error.message))
+        }),
+        Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
+      )
     return SinkClients.of({
       push: (sink, turn, chunks) =>
         Equal.equals(sink, own.address)
@@ -208,14 +237,8 @@ export const layerPusher: Layer.Layer<SinkClients, never, TurnSink> = Layer.scop
             Effect.mapError((error) => unreachable(sink)(error.message)),
             Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
           ),
-      serve: (sink, turn) =>
-        Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), (client) => client.Serve(turn))).pipe(
-          Effect.catchTags({
-            RpcClientError: (error) => Effect.fail(unreachable(sink)(error.message)),
-            SocketError: (error) => Effect.fail(unreachable(sink)(error.message))
-          }),
-          Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
-        )
+      serve: (sink, turn) => served(sink, (client) => client.Serve(turn)),
+      serveOneOff: (sink, oneOff) => served(sink, (client) => client.ServeOneOff(oneOff))
     })
   })
 )

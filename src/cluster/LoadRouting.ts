@@ -9,26 +9,28 @@
  * it arrives).
  * Ties go to this runner (no hop), then to a random one of the least loaded (so entries that see
  * the same view do not all pick the same runner). A runner whose engine is not ready or that
- * holds no shards (stopping, or not yet placed) is never picked. The request goes to the work
- * entity of one of the chosen runner's shards (WorkEntity.ts); a generation sent there is checked
- * chunk by chunk as a conversation's turn is (RoutingProvider.exactlyOnce).
+ * holds no shards (stopping, or not yet placed) is never picked. A generation goes straight to the
+ * chosen runner's sink where its load answer names one (ChunkChannel's `ServeOneOff`; it runs
+ * there through the work entity of a shard that runner holds, DirectServer.ts), else through the
+ * cluster to the work entity of one of its shards (WorkEntity.ts); either way its chunks are
+ * checked as a conversation turn's are, with the same fall-backs and re-sends
+ * (RoutingProvider.routedTurn). A decision goes through the cluster to that work entity.
  *
  * Generations with a conversation are not this module's: they pass through to the Provider below
  * (RoutingProvider sends them to their conversation's entity before they reach it).
  */
-import type { AlreadyProcessingMessage, MailboxFull, PersistenceError } from "@effect/cluster/ClusterError"
 import { Sharding } from "@effect/cluster/Sharding"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
-import { EngineUnavailable } from "../domain/EngineError.js"
 import type { DecideRequest, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { receive, TurnSink } from "./ChunkChannel.js"
+import { receive, SinkClients, TurnSink } from "./ChunkChannel.js"
 import { Loads, pending, type RunnerLoad } from "./Load.js"
-import { conversationOf, exactlyOnce } from "./RoutingProvider.js"
+import { conversationOf, refusedAsProviderErrors, routedTurn } from "./RoutingProvider.js"
+import type { TurnChunk } from "./TurnChunk.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
 /** What this runner knows of another runner's load sooner than its answers, by request id. */
@@ -104,15 +106,6 @@ export const choose = (
   return best[Math.min(best.length - 1, Math.floor(random() * best.length))]
 }
 
-const refusal = (what: string) => (error: MailboxFull | AlreadyProcessingMessage | PersistenceError): ProviderError =>
-  new EngineUnavailable({
-    reason: error._tag === "MailboxFull"
-      ? `${what}: the chosen runner's mailbox is full`
-      : error._tag === "AlreadyProcessingMessage"
-      ? `${what}: the chosen runner is already processing it`
-      : `${what}: the cluster storage failed (${error.message})`
-  })
-
 /** The Provider over the local one (the Provider in context) that sends one-offs and decisions by load. */
 export const make = (shards: number) =>
   Effect.gen(function*() {
@@ -121,18 +114,19 @@ export const make = (shards: number) =>
     const sharding = yield* Sharding
     const clientFor = yield* Work.client
     const sink = yield* TurnSink
+    const clients = yield* SinkClients
     const ids = idsByShard(sharding, shards)
     const ledger = makeLedger()
     const known = ledger.known
     const start = (address: string, id: string) => Effect.sync(() => ledger.start(address, id))
     const end = (address: string, id: string) => Effect.sync(() => ledger.end(address, id, Date.now()))
 
-    /** The chosen runner and the work entity id of one of its shards; undefined for this runner. */
+    /** The chosen runner, the work entity id of one of its shards, and its sink (as its load answer names it); undefined for this runner. */
     const target = Effect.gen(function*() {
       const chosen = choose(yield* loads.own, yield* loads.others, known, Math.random)
       if (chosen === undefined) return undefined
       const shard = chosen.shards[Math.floor(Math.random() * chosen.shards.length)]!
-      return { address: chosen.address, id: ids[shard - 1]! }
+      return { address: chosen.address, id: ids[shard - 1]!, sink: chosen.sink }
     })
 
     /** Counts request `id` on its runner while it runs. */
@@ -141,22 +135,21 @@ export const make = (shards: number) =>
 
     const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
       if (conversationOf(request) !== undefined) return local.generate(request)
-      return Stream.unwrapScoped(Effect.gen(function*() {
-        const to = yield* target
+      return Stream.unwrap(Effect.map(target, (to) => {
         if (to === undefined) return local.generate(request)
-        const turn = Crypto.randomUUID()
-        yield* Effect.acquireRelease(start(to.address, turn), () => end(to.address, turn))
-        return receive(sink, turn, (at) => clientFor(to.id).Generate({ turn, request, sink: at })).pipe(
-          Stream.catchTags({
-            MailboxFull: (e) => Stream.fail(refusal("a generation")(e)),
-            AlreadyProcessingMessage: (e) => Stream.fail(refusal("a generation")(e)),
-            PersistenceError: (e) => Stream.fail(refusal("a generation")(e))
-          }),
-          exactlyOnce(`(a one-off sent to ${to.address})`, turn),
-          // Ended at its Done chunk: the caller has its answer then, and may send the next request
-          // before this stream's scope closes.
-          Stream.tap((chunk) => chunk._tag === "Done" ? end(to.address, turn) : Effect.void)
-        )
+        /** Each try counted on the chosen runner while it runs; ended at its Done chunk (the caller may send the next request before the stream's scope closes). */
+        const counted = <E>(turn: string, chunks: Stream.Stream<TurnChunk, E>) =>
+          Stream.unwrapScoped(Effect.as(
+            Effect.acquireRelease(start(to.address, turn), () => end(to.address, turn)),
+            chunks.pipe(Stream.tap((c) => c.chunk._tag === "Done" ? end(to.address, turn) : Effect.void))
+          ))
+        // Straight to the chosen runner's sink where its load answer names one, else (or where it
+        // holds no shard any more) through the work entity of one of its shards.
+        return routedTurn(`a one-off generation sent to ${to.address}`, {
+          owner: Effect.succeed(to.sink),
+          direct: (at, turn) => counted(turn, receive(sink, turn, (own) => clients.serveOneOff(at, { turn, request, sink: own }))),
+          viaCluster: (turn) => counted(turn, receive(sink, turn, (own) => clientFor(to.id).Generate({ turn, request, sink: own })))
+        })
       }))
     }
 
@@ -165,11 +158,7 @@ export const make = (shards: number) =>
         if (to === undefined) return local.decide(request)
         const id = Crypto.randomUUID()
         return clientFor(to.id).Decide({ id, request }).pipe(
-          Effect.catchTags({
-            MailboxFull: (e) => Effect.fail(refusal("a decision")(e)),
-            AlreadyProcessingMessage: (e) => Effect.fail(refusal("a decision")(e)),
-            PersistenceError: (e) => Effect.fail(refusal("a decision")(e))
-          }),
+          refusedAsProviderErrors("a decision"),
           whileSent(to.address, id)
         )
       })
@@ -178,5 +167,5 @@ export const make = (shards: number) =>
   })
 
 /** Replaces the Provider in context with one that sends one-offs and decisions by load. */
-export const layer = (shards: number): Layer.Layer<Provider, never, Provider | Loads | Sharding | TurnSink> =>
+export const layer = (shards: number): Layer.Layer<Provider, never, Provider | Loads | Sharding | TurnSink | SinkClients> =>
   Layer.effect(Provider, make(shards))

@@ -33,7 +33,7 @@ import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { NotOwner, receive, SinkClients, type SinkUnreachable, TurnServer, TurnSink } from "./ChunkChannel.js"
+import { type NotOwner, receive, SinkClients, type SinkUnreachable, TurnSink } from "./ChunkChannel.js"
 import { Loads } from "./Load.js"
 import { Conversation, conversationShard } from "./ConversationEntity.js"
 import { tokenCount, type TurnChunk } from "./TurnChunk.js"
@@ -47,7 +47,7 @@ export const conversationOf = (request: GenerateRequest): string | undefined =>
  * Passes a turn's chunks on while they continue the stream exactly (same turn, next index, next
  * seq); fails with `GenerationFailed` at the first that does not. The stream ends with its Done chunk.
  */
-export const exactlyOnce = (conversation: string, turn: string) =>
+export const exactlyOnce = (what: string, turn: string) =>
 <E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Stream.Stream<GenerateChunk, E | GenerationFailed, R> =>
   Stream.suspend(() => {
     let index = 0
@@ -64,7 +64,7 @@ export const exactlyOnce = (conversation: string, turn: string) =>
           if (c.turn !== turn || c.index !== index || c.seq !== seq) {
             const failure = new GenerationFailed({
               deliveredTokens: seq,
-              reason: `conversation ${conversation}: the runner serving turn ${turn} was lost, and the cluster ` +
+              reason: `${what}: the runner serving turn ${turn} was lost, and the cluster ` +
                 `started the turn again (chunk ${c.index} at token ${c.seq} of turn ${c.turn} came after chunk ` +
                 `${index - 1}); the turn was stopped, not re-run`
             })
@@ -95,26 +95,26 @@ export const runnerLost = (cause: Cause.Cause<unknown>): boolean => {
 /** How many times a turn lost before its first token is sent again (each waits for the shard's next owner). */
 export const lostTurnRetries = 4
 
-type ClusterRefusal = MailboxFull | AlreadyProcessingMessage | PersistenceError
+export type ClusterRefusal = MailboxFull | AlreadyProcessingMessage | PersistenceError
 
-/** What the cluster refuses a turn with, as the runtime's own errors. */
-const refusal = (conversation: string) =>
+/** What the cluster refuses a request (`what`: "conversation X", "a one-off generation") with, as the runtime's own errors. */
+export const refusal = (what: string) =>
 (error: ClusterRefusal): ProviderError =>
   new EngineUnavailable({
     reason: error._tag === "MailboxFull"
-      ? `conversation ${conversation}: its runner's mailbox is full`
+      ? `${what}: its runner's mailbox is full`
       : error._tag === "AlreadyProcessingMessage"
-      ? `conversation ${conversation}: its runner is already processing this turn`
-      : `conversation ${conversation}: the cluster storage failed (${error.message})`
+      ? `${what}: its runner is already processing it`
+      : `${what}: the cluster storage failed (${error.message})`
   })
 
-/** An entity call of `conversation` with the cluster's refusals as the runtime's own errors. */
-const refusedAsProviderErrors = (conversation: string) =>
+/** An entity call (for `what`) with the cluster's refusals as the runtime's own errors. */
+export const refusedAsProviderErrors = (what: string) =>
 <A, R>(call: Effect.Effect<A, ProviderError | ClusterRefusal, R>): Effect.Effect<A, ProviderError, R> =>
   Effect.catchTags(call, {
-    MailboxFull: (e) => Effect.fail(refusal(conversation)(e)),
-    AlreadyProcessingMessage: (e) => Effect.fail(refusal(conversation)(e)),
-    PersistenceError: (e) => Effect.fail(refusal(conversation)(e))
+    MailboxFull: (e) => Effect.fail(refusal(what)(e)),
+    AlreadyProcessingMessage: (e) => Effect.fail(refusal(what)(e)),
+    PersistenceError: (e) => Effect.fail(refusal(what)(e))
   })
 
 /** The two ways one try of a turn can go, each streaming the turn's chunks as its runner pushes them. */
@@ -128,13 +128,13 @@ export interface TurnRoutes {
 }
 
 /**
- * A turn of `conversation` with the entry's rules: straight to its owner where the loads name one,
- * else through the conversation's entity. A direct turn that its runner refuses (NotOwner: the
+ * A turn (of a conversation, or a one-off: `what` names it in errors) with the entry's rules:
+ * straight to its runner where the loads name one, else through its entity. A direct turn that its runner refuses (NotOwner: the
  * shard moved) or that cannot reach it before any chunk goes through the entity instead; one lost
  * after chunks were delivered fails with GenerationFailed. A turn whose runner was lost before
  * any chunk is sent again (a new turn id), at most `lostTurnRetries` times.
  */
-export const routedTurn = (conversation: string, routes: TurnRoutes): Stream.Stream<GenerateChunk, ProviderError> => {
+export const routedTurn = (what: string, routes: TurnRoutes): Stream.Stream<GenerateChunk, ProviderError> => {
   const attempt = (tries: number, direct: boolean): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const owner = direct ? yield* routes.owner : undefined
@@ -146,11 +146,11 @@ export const routedTurn = (conversation: string, routes: TurnRoutes): Stream.Str
         : routes.direct(owner, turn)
       return sent.pipe(
         Stream.catchTags({
-          MailboxFull: (e) => Stream.fail(refusal(conversation)(e)),
-          AlreadyProcessingMessage: (e) => Stream.fail(refusal(conversation)(e)),
-          PersistenceError: (e) => Stream.fail(refusal(conversation)(e))
+          MailboxFull: (e) => Stream.fail(refusal(what)(e)),
+          AlreadyProcessingMessage: (e) => Stream.fail(refusal(what)(e)),
+          PersistenceError: (e) => Stream.fail(refusal(what)(e))
         }),
-        exactlyOnce(conversation, turn),
+        exactlyOnce(what, turn),
         Stream.tap((chunk) =>
           Effect.sync(() => {
             chunks++
@@ -165,7 +165,7 @@ export const routedTurn = (conversation: string, routes: TurnRoutes): Stream.Str
               ? attempt(tries, false)
               : Stream.fail(new GenerationFailed({
                 deliveredTokens: delivered,
-                reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens ` +
+                reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens ` +
                   `(${e.message}); the turn was stopped, not re-run`
               }))
         }),
@@ -176,7 +176,7 @@ export const routedTurn = (conversation: string, routes: TurnRoutes): Stream.Str
           if (chunks > 0) {
             return Stream.fail(new GenerationFailed({
               deliveredTokens: delivered,
-              reason: `conversation ${conversation}: the runner serving turn ${turn} was lost after ${delivered} tokens; ` +
+              reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens; ` +
                 `the turn was stopped, not re-run`
             }))
           }
@@ -185,7 +185,7 @@ export const routedTurn = (conversation: string, routes: TurnRoutes): Stream.Str
             ? attempt(tries + 1, false)
             : Stream.fail(
               new EngineUnavailable({
-                reason: `conversation ${conversation}: its runner was lost ${tries + 1} times before the turn began`
+                reason: `${what}: its runner was lost ${tries + 1} times before the turn began`
               })
             )
         })
@@ -217,7 +217,7 @@ export const make = Effect.gen(function*() {
   const generate = (request: GenerateRequest): Stream.Stream<GenerateChunk, ProviderError> => {
     const conversation = conversationOf(request)
     if (conversation === undefined) return local.generate(request)
-    return routedTurn(conversation, {
+    return routedTurn(`conversation ${conversation}`, {
       owner: ownerOf(conversation),
       direct: (owner, turn) => receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at })),
       viaCluster: (turn) => receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }))
@@ -226,30 +226,9 @@ export const make = Effect.gen(function*() {
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
   const preparationFor = yield* Preparation.client
   const prepare = (request: PrepareRequest) =>
-    preparationFor(request.conversation).Prepare(request).pipe(refusedAsProviderErrors(request.conversation))
+    preparationFor(request.conversation).Prepare(request).pipe(refusedAsProviderErrors(`conversation ${request.conversation}`))
   return Provider.of({ ...local, generate, prepare })
 })
 
 /** Replaces the Provider in context with the routing one. */
 export const layer: Layer.Layer<Provider, never, Provider | Sharding | TurnSink | SinkClients | Loads> = Layer.effect(Provider, make)
-
-/**
- * The owner side of a direct turn (ChunkChannel's `Serve`): a turn whose entry found this runner
- * holding its conversation's shard runs through this runner's own entity (in process: Sharding
- * calls a local entity without a socket), so a conversation's turns stay in order and its KV is
- * handed over as before. A runner that does not hold the shard (the entry's view was stale)
- * answers NotOwner, and the entry sends the turn through the cluster.
- */
-export const layerDirectServer: Layer.Layer<TurnServer, never, Sharding> = Layer.effect(
-  TurnServer,
-  Effect.gen(function*() {
-    const sharding = yield* Sharding
-    const clientFor = yield* Conversation.client
-    return TurnServer.of({
-      serve: ({ conversation, request, sink, turn }) => {
-        if (!sharding.hasShardId(conversationShard(sharding, conversation))) return Effect.fail(new NotOwner({ conversation }))
-        return clientFor(conversation).Turn({ turn, request, sink }).pipe(refusedAsProviderErrors(conversation))
-      }
-    })
-  })
-)

@@ -38,6 +38,7 @@ import * as Health from "./Health.js"
 import * as LoadRouting from "./LoadRouting.js"
 import * as Placement from "./Placement.js"
 import * as PreparationEntity from "./PreparationEntity.js"
+import * as DirectServer from "./DirectServer.js"
 import * as RoutingProvider from "./RoutingProvider.js"
 import * as SharedKeys from "./SharedKeys.js"
 import * as Storage from "./Storage.js"
@@ -146,8 +147,8 @@ export const layer = (
     // Turns' chunks come straight from their owners (ChunkChannel): this runner's sink and pusher.
     Layer.provide(ChunkChannel.layerPusher.pipe(
       Layer.provideMerge(ChunkChannel.layerSink(settings.address, settings.listen ?? settings.address, settings.sinkPort ?? 0)),
-      // The sink also takes turns sent straight to this runner (RoutingProvider.layerDirectServer).
-      Layer.provide(RoutingProvider.layerDirectServer)
+      // The sink also takes turns and one-offs sent straight to this runner (DirectServer.ts).
+      Layer.provide(DirectServer.layer(settings.shards))
     )),
     Layer.provideMerge(drain),
     Layer.provideMerge(layerSharding(settings)),

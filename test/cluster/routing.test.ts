@@ -1,7 +1,7 @@
 /**
  * One-off generations and decisions go to the least loaded runner. Two real runners (Unix
  * sockets, one SQLite storage): r1 is kept busy by a long generation (interrupted at the end); one-offs
- * and decisions sent through r1 are then served by r2 (r2 counts them as served for another
+ * and decisions sent through r1 are then served by r2 (the one-offs straight to r2's sink; r2 counts them as served for another
  * runner in its answer to a load probe, and r1 finishes none of them), and those sent through r2 stay on r2. Once r1 is idle
  * again, ties go to the entry: one-offs through r1 run on r1. The choice itself is a rule over
  * all loads (fast-check).
@@ -52,6 +52,14 @@ const servedBy = (runner: RunnerProcess) =>
     Effect.orDieWith((e) => new Error(`the load of ${runner.name}: ${e}`))
   )
 
+/** How many turns and one-offs other runners sent straight to `runner`'s sink, as it answers a load probe. */
+const directTurnsOf = (runner: RunnerProcess) =>
+  loadOf(runner, SHARDS).pipe(
+    Effect.map((load) => load.directTurns ?? 0),
+    Effect.retry(Schedule.spaced("200 millis").pipe(Schedule.upTo("20 seconds"))),
+    Effect.orDieWith((e) => new Error(`the load of ${runner.name}: ${e}`))
+  )
+
 const runningOn = (runner: RunnerProcess) => Effect.map(runner.provider.readiness, (r) => r.scheduler.running)
 
 describe("one-offs and decisions by load", () => {
@@ -80,6 +88,7 @@ describe("one-offs and decisions by load", () => {
           assert.strictEqual(yield* runningOn(r1), 1)
           const r1Busy = yield* generationsOf(r1)
           const r2Busy = yield* generationsOf(r2)
+          const directBefore = yield* directTurnsOf(r2)
 
           // Through the busy r1: served by r2.
           for (let i = 0; i < 3; i++) {
@@ -96,6 +105,8 @@ describe("one-offs and decisions by load", () => {
           assert.deepStrictEqual(served, { generations: before.generations + 3, decisions: before.decisions + 2 })
           assert.strictEqual(yield* generationsOf(r2), r2Busy + 3, "r2 ran the three one-offs")
           assert.strictEqual(yield* generationsOf(r1), r1Busy, "r1 ran none of them")
+          // Sent straight to r2's sink (its load answers name it), not through the cluster.
+          assert.strictEqual(yield* directTurnsOf(r2), directBefore + 3, "r2 took the three one-offs straight from r1")
 
           // Through r2 (the least loaded itself): served on r2, not for another runner.
           yield* r2.provider.generate(oneOff).pipe(Stream.runDrain)

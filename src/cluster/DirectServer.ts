@@ -1,0 +1,46 @@
+/**
+ * The owner side of requests sent straight to this runner's sink (ChunkChannel's `Serve` and
+ * `ServeOneOff`), run through this runner's own entities in process (Sharding calls a local
+ * entity without a socket), so what the entities guarantee still holds:
+ *
+ * - A conversation's turn runs through its conversation entity, if this runner holds the
+ *   conversation's shard: its turns stay in order, and its KV is handed over when the entity
+ *   closes. A runner that does not hold the shard (the entry's view was stale) answers NotOwner,
+ *   and the entry sends the turn through the cluster.
+ * - A one-off generation runs through the work entity of a shard this runner holds (it counts in
+ *   the runner's load answers as served for another, as a one-off sent through the cluster does).
+ *   A runner that holds no shard (it is stopping) answers NotOwner.
+ */
+import { Sharding } from "@effect/cluster/Sharding"
+import * as ShardId from "@effect/cluster/ShardId"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import { NotOwner, TurnServer } from "./ChunkChannel.js"
+import { Conversation, conversationShard } from "./ConversationEntity.js"
+import { refusedAsProviderErrors } from "./RoutingProvider.js"
+import { idsByShard, Work } from "./WorkEntity.js"
+
+/** The TurnServer of a runner whose shard groups have `shards` shards. */
+export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding> =>
+  Layer.effect(
+    TurnServer,
+    Effect.gen(function*() {
+      const sharding = yield* Sharding
+      const conversationFor = yield* Conversation.client
+      const workFor = yield* Work.client
+      const workIds = idsByShard(sharding, shards)
+      /** The work entity id of a shard this runner holds, if any. */
+      const heldWorkId = () => workIds.find((_, i) => sharding.hasShardId(ShardId.make("default", i + 1)))
+      return TurnServer.of({
+        serve: ({ conversation, request, sink, turn }) => {
+          if (!sharding.hasShardId(conversationShard(sharding, conversation))) return Effect.fail(new NotOwner({ conversation }))
+          return conversationFor(conversation).Turn({ turn, request, sink }).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
+        },
+        serveOneOff: ({ request, sink, turn }) => {
+          const id = heldWorkId()
+          if (id === undefined) return Effect.fail(new NotOwner({}))
+          return workFor(id).Generate({ turn, request, sink }).pipe(refusedAsProviderErrors("a one-off generation"))
+        }
+      })
+    })
+  )
