@@ -145,10 +145,12 @@ export const make = (shards: number) =>
           ))
         // Straight to the chosen runner's sink where its load answer names one, else (or where it
         // holds no shard any more) through the work entity of one of its shards.
-        return routedTurn(`a one-off generation sent to ${to.address}`, {
+        const what = `a one-off generation sent to ${to.address}`
+        return routedTurn(what, {
           owner: Effect.succeed(to.sink),
           direct: (at, turn) => counted(turn, receive(sink, turn, (own) => clients.serveOneOff(at, { turn, request, sink: own }))),
-          viaCluster: (turn) => counted(turn, receive(sink, turn, (own) => clientFor(to.id).Generate({ turn, request, sink: own })))
+          viaCluster: (turn) =>
+            counted(turn, receive(sink, turn, (own) => clientFor(to.id).Generate({ turn, request, sink: own }).pipe(refusedAsProviderErrors(what))))
         })
       }))
     }

@@ -95,10 +95,10 @@ export const runnerLost = (cause: Cause.Cause<unknown>): boolean => {
 /** How many times a turn lost before its first token is sent again (each waits for the shard's next owner). */
 export const lostTurnRetries = 4
 
-export type ClusterRefusal = MailboxFull | AlreadyProcessingMessage | PersistenceError
+type ClusterRefusal = MailboxFull | AlreadyProcessingMessage | PersistenceError
 
 /** What the cluster refuses a request (`what`: "conversation X", "a one-off generation") with, as the runtime's own errors. */
-export const refusal = (what: string) =>
+const refusal = (what: string) =>
 (error: ClusterRefusal): ProviderError =>
   new EngineUnavailable({
     reason: error._tag === "MailboxFull"
@@ -123,8 +123,8 @@ export interface TurnRoutes {
   readonly owner: Effect.Effect<RunnerAddress | undefined>
   /** Straight to the owner's sink (its runner refuses with NotOwner where the shard moved). */
   readonly direct: (owner: RunnerAddress, turn: string) => Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable>
-  /** Through the conversation's entity, wherever the cluster places it. */
-  readonly viaCluster: (turn: string) => Stream.Stream<TurnChunk, ProviderError | ClusterRefusal>
+  /** Through the conversation's entity, wherever the cluster places it (its refusals as the runtime's errors: `refusedAsProviderErrors`). */
+  readonly viaCluster: (turn: string) => Stream.Stream<TurnChunk, ProviderError>
 }
 
 /**
@@ -141,15 +141,10 @@ export const routedTurn = (what: string, routes: TurnRoutes): Stream.Stream<Gene
       const turn = Crypto.randomUUID()
       let chunks = 0
       let delivered = 0
-      const sent: Stream.Stream<TurnChunk, ProviderError | ClusterRefusal | NotOwner | SinkUnreachable> = owner === undefined
+      const sent: Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable> = owner === undefined
         ? routes.viaCluster(turn)
         : routes.direct(owner, turn)
       return sent.pipe(
-        Stream.catchTags({
-          MailboxFull: (e) => Stream.fail(refusal(what)(e)),
-          AlreadyProcessingMessage: (e) => Stream.fail(refusal(what)(e)),
-          PersistenceError: (e) => Stream.fail(refusal(what)(e))
-        }),
         exactlyOnce(what, turn),
         Stream.tap((chunk) =>
           Effect.sync(() => {
@@ -220,7 +215,8 @@ export const make = Effect.gen(function*() {
     return routedTurn(`conversation ${conversation}`, {
       owner: ownerOf(conversation),
       direct: (owner, turn) => receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at })),
-      viaCluster: (turn) => receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }))
+      viaCluster: (turn) =>
+        receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }).pipe(refusedAsProviderErrors(`conversation ${conversation}`)))
     })
   }
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
