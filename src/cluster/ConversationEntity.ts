@@ -39,7 +39,8 @@ import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
 import { pushTo, TurnEnd, SinkClients } from "./ChunkChannel.js"
-import { coalesce, type CoalesceOptions } from "./Coalesce.js"
+import type { CoalesceOptions } from "./Coalesce.js"
+import { tapChunks } from "../internal/ChunkTap.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
 import { Transcripts } from "./Transcripts.js"
@@ -97,10 +98,14 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
         Stream.suspend(() => {
           const reply: Array<GenerateChunk> = []
           return provider.generate(request).pipe(
-            Stream.tap((chunk) => {
-              if (chunk._tag !== "Done") return Effect.sync(() => reply.push(chunk))
-              if (chunk.checkpoint === undefined || request.prompt !== undefined) return Effect.void
-              const checkpoint = chunk.checkpoint
+            tapChunks((chunks) => {
+              let done: Extract<GenerateChunk, { _tag: "Done" }> | undefined
+              for (const chunk of chunks) {
+                if (chunk._tag === "Done") done = chunk
+                else reply.push(chunk)
+              }
+              const checkpoint = done?.checkpoint
+              if (checkpoint === undefined || request.prompt !== undefined) return Effect.void
               return Effect.flatMap(messages, (known) =>
                 known === undefined ? Effect.void : transcripts.record(conversation, [...known, replyOf(reply)], checkpoint))
             })
@@ -133,8 +138,8 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
 
       return {
         Turn: ({ address, payload }) =>
-          drain.track(Stream.suspend(() => turn(address.entityId, payload.request).pipe(stamp(payload.turn), coalesce(wire)))).pipe(
-            pushTo(pusher, payload.sink, payload.turn, `conversation ${address.entityId}`)
+          drain.track(Stream.suspend(() => turn(address.entityId, payload.request).pipe(stamp(payload.turn)))).pipe(
+            pushTo(pusher, payload.sink, payload.turn, `conversation ${address.entityId}`, wire)
           )
       }
     }),

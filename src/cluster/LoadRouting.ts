@@ -20,11 +20,13 @@
  * (RoutingProvider sends them to their conversation's entity before they reach it).
  */
 import { Sharding } from "@effect/cluster/Sharding"
+import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
 import type { DecideRequest, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
+import { tapChunks } from "../internal/ChunkTap.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { receive, SinkClients, TurnSink } from "./ChunkChannel.js"
@@ -141,7 +143,7 @@ export const make = (shards: number) =>
         const counted = <E>(turn: string, chunks: Stream.Stream<TurnChunk, E>) =>
           Stream.unwrapScoped(Effect.as(
             Effect.acquireRelease(start(to.address, turn), () => end(to.address, turn)),
-            chunks.pipe(Stream.tap((c) => c.chunk._tag === "Done" ? end(to.address, turn) : Effect.void))
+            chunks.pipe(tapChunks((batch) => Chunk.some(batch, (c) => c.chunk._tag === "Done") ? end(to.address, turn) : Effect.void))
           ))
         // Straight to the chosen runner's sink where its load answer names one, else (or where it
         // holds no shard any more) through the work entity of one of its shards.

@@ -24,6 +24,7 @@ import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { Sharding } from "@effect/cluster/Sharding"
 import { isSocketError } from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
+import * as Channel from "effect/Channel"
 import * as Chunk from "effect/Chunk"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
@@ -31,6 +32,7 @@ import * as Stream from "effect/Stream"
 import * as Crypto from "node:crypto"
 import { EngineUnavailable, GenerationFailed } from "../domain/EngineError.js"
 import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/Inference.js"
+import { observeChunks } from "../internal/ChunkTap.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { type NotOwner, receive, SinkClients, type SinkUnreachable, TurnSink } from "./ChunkChannel.js"
@@ -52,33 +54,41 @@ export const exactlyOnce = (what: string, turn: string) =>
   Stream.suspend(() => {
     let index = 0
     let seq = 0
-    let done = false
-    // Batch by batch (one check per chunk, no extra stream element): the valid part of a batch is
-    // delivered, then the failure.
-    return Stream.chunks(chunks).pipe(
-      Stream.flatMap((batch) => {
-        const out: Array<GenerateChunk> = []
-        for (const c of batch) {
-          // After Done the turn is whole: whatever a restart sends after it is not passed on.
-          if (done) break
-          if (c.turn !== turn || c.index !== index || c.seq !== seq) {
-            const failure = new GenerationFailed({
-              deliveredTokens: seq,
-              reason: `${what}: the runner serving turn ${turn} was lost, and the cluster ` +
-                `started the turn again (chunk ${c.index} at token ${c.seq} of turn ${c.turn} came after chunk ` +
-                `${index - 1}); the turn was stopped, not re-run`
-            })
-            return Stream.concat(Stream.fromChunk(Chunk.unsafeFromArray(out)), Stream.fail(failure))
+    // One channel, one check per batch (no stream per batch): the valid part of a batch is
+    // delivered, then the failure; after Done the turn is whole, and the upstream is not read
+    // again (whatever a restart sends after it is not passed on).
+    const checked: Channel.Channel<Chunk.Chunk<GenerateChunk>, Chunk.Chunk<TurnChunk>, E | GenerationFailed, E, unknown, unknown> =
+      Channel.readWithCause({
+        onInput: (batch: Chunk.Chunk<TurnChunk>) => {
+          const out: Array<GenerateChunk> = []
+          let done = false
+          let failure: GenerationFailed | undefined
+          for (const c of batch) {
+            if (c.turn !== turn || c.index !== index || c.seq !== seq) {
+              failure = new GenerationFailed({
+                deliveredTokens: seq,
+                reason: `${what}: the runner serving turn ${turn} was lost, and the cluster ` +
+                  `started the turn again (chunk ${c.index} at token ${c.seq} of turn ${c.turn} came after chunk ` +
+                  `${index - 1}); the turn was stopped, not re-run`
+              })
+              break
+            }
+            index++
+            seq += tokenCount(c.chunk)
+            out.push(c.chunk)
+            if (c.chunk._tag === "Done") {
+              done = true
+              break
+            }
           }
-          index++
-          seq += tokenCount(c.chunk)
-          done = c.chunk._tag === "Done"
-          out.push(c.chunk)
-        }
-        return Stream.fromChunk(Chunk.unsafeFromArray(out))
-      }),
-      Stream.takeUntil((chunk) => chunk._tag === "Done")
-    )
+          const written = out.length === 0 ? Channel.void : Channel.write(Chunk.unsafeFromArray(out))
+          if (failure !== undefined) return Channel.zipRight(written, Channel.fail(failure))
+          return done ? written : Channel.zipRight(written, checked)
+        },
+        onFailure: Channel.failCause,
+        onDone: () => Channel.void
+      })
+    return Stream.pipeThroughChannel(chunks, checked)
   })
 
 /**
@@ -146,12 +156,12 @@ export const routedTurn = (what: string, routes: TurnRoutes): Stream.Stream<Gene
         : routes.direct(owner, turn)
       return sent.pipe(
         exactlyOnce(what, turn),
-        Stream.tap((chunk) =>
-          Effect.sync(() => {
+        observeChunks((batch) => {
+          for (const chunk of batch) {
             chunks++
             delivered += tokenCount(chunk)
-          })
-        ),
+          }
+        }),
         Stream.catchTags({
           // Before any chunk (its owner checks the shard first): through the entity instead.
           NotOwner: () => attempt(tries, false),

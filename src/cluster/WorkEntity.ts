@@ -23,7 +23,7 @@ import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { pushTo, TurnEnd, SinkClients, TurnSink } from "./ChunkChannel.js"
 import { stamp } from "./TurnChunk.js"
-import { coalesce, type CoalesceOptions } from "./Coalesce.js"
+import type { CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import * as Load from "./Load.js"
 import { Loads, RunnerLoad } from "./Load.js"
@@ -72,8 +72,8 @@ export const layer = (wire: CoalesceOptions = {}) => Work.toLayer(
     const pusher = yield* SinkClients
     return {
       Generate: ({ payload }) =>
-        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn), coalesce(wire))))).pipe(
-          pushTo(pusher, payload.sink, payload.turn, "a one-off generation")
+        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn))))).pipe(
+          pushTo(pusher, payload.sink, payload.turn, "a one-off generation", wire)
         ),
       Decide: ({ payload }) => Effect.scoped(Effect.zipRight(loads.serving("decisions", payload.id), provider.decide(payload.request))),
       Load: () => loads.own

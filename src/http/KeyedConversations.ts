@@ -24,6 +24,7 @@ import * as Option from "effect/Option"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { ChatMessage, Checkpoint, type GenerateChunk, type GenerateRequest } from "../domain/Inference.js"
+import { tapChunks } from "../internal/ChunkTap.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 
@@ -111,11 +112,15 @@ export const make = Effect.gen(function*() {
         : provider.generate(plain)
       const seen: Array<GenerateChunk> = []
       return run.pipe(
-        Stream.tap((chunk) => {
-          if (chunk._tag !== "Done") return Effect.sync(() => seen.push(chunk))
-          return chunk.checkpoint === undefined
+        tapChunks((chunks) => {
+          let checkpoint: Checkpoint | undefined
+          for (const chunk of chunks) {
+            if (chunk._tag === "Done") checkpoint = chunk.checkpoint
+            else seen.push(chunk)
+          }
+          return checkpoint === undefined
             ? Effect.void
-            : turns.set(key, { messages: [...request.messages, replyOf(seen)], checkpoint: chunk.checkpoint })
+            : turns.set(key, { messages: [...request.messages, replyOf(seen)], checkpoint })
         })
       )
     }))
