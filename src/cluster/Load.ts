@@ -1,6 +1,8 @@
 /**
- * How loaded each runner is, as the other runners know it. Every `probeEvery`, a runner asks each
- * other runner for its load over the cluster transport: a `Load` message to the work entity
+ * How loaded each runner is, as the other runners know it. Every `probeEvery` while it is active
+ * (it routed by the loads or served a request for another runner in the last `activeFor`), and
+ * every `restingEvery` at rest, a runner asks each other runner for its load over the cluster
+ * transport: a `Load` message to the work entity
  * (WorkEntity.ts) of a shard that runner holds, answered from its Provider's readiness (engine
  * ready; the scheduler's running and queued requests and slots) with its own address and the
  * shards it holds (Sharding.hasShardId). Which runner holds which shard is computed as Sharding
@@ -14,6 +16,13 @@
  * entity's one-offs and decisions), so an entry can tell which of its own requests an answer still
  * counts, however late the answer arrives (LoadRouting.reckoned).
  *
+ * Why the two paces: a round is a storage read and a cluster message to and from each other runner,
+ * about 10 CPU ms/s of a runner's event loop at 4 rounds a second with one other runner
+ * (bench/_cluster-path.ts with IDLE_SECONDS: 23.5 CPU ms/s of the main thread at rest, 14 at one
+ * round a second), spent even when nobody asks. Resting, the loads are at most `restingEvery` old
+ * when a request comes, and its routing makes the runner active: the next round is at most
+ * `probeEvery` away.
+ *
  * An answer is fresh for `staleAfter` by this runner's clock (no clock is compared across
  * machines); a runner that does not answer drops out then. A runner that is stopping reports no
  * shards (from the start of its drain, Drain.ts) and is not chosen.
@@ -26,7 +35,6 @@ import * as Context from "effect/Context"
 import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as HashRing from "effect/HashRing"
-import * as Schedule from "effect/Schedule"
 import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import { Provider } from "../services/Provider.js"
@@ -59,15 +67,45 @@ export type RunnerLoad = typeof RunnerLoad.Type
 export const pending = (load: Pick<RunnerLoad, "running" | "queued">) => load.running + load.queued
 
 export interface LoadTiming {
-  /** How often a runner asks the others. */
+  /** How often a runner asks the others while it is active. */
   readonly probeEvery: Duration.DurationInput
+  /** How often it asks them at rest. */
+  readonly restingEvery: Duration.DurationInput
+  /** How long a runner stays active after it last read the loads or served a request for another. */
+  readonly activeFor: Duration.DurationInput
   /** How long an answer may take. */
   readonly probeTimeout: Duration.DurationInput
   /** An answer older than this (by the asking runner's clock) is left out. */
   readonly staleAfter: Duration.DurationInput
 }
 
-export const defaultTiming: LoadTiming = { probeEvery: "250 millis", probeTimeout: "1 second", staleAfter: "2 seconds" }
+export const defaultTiming: LoadTiming = {
+  probeEvery: "250 millis",
+  restingEvery: "1 second",
+  activeFor: "5 seconds",
+  probeTimeout: "1 second",
+  staleAfter: "2 seconds"
+}
+
+/**
+ * Runs `round` at once and then at `timing`'s paces: every `probeEvery` while `lastActive()` (a
+ * time by the Clock) is within `activeFor`, else every `restingEvery`. It wakes every
+ * `probeEvery` either way (a timer, no work), so a runner that becomes active is probed for at
+ * most `probeEvery` later.
+ */
+export const paced = <E, R>(round: Effect.Effect<void, E, R>, timing: LoadTiming, lastActive: () => number): Effect.Effect<never, E, R> =>
+  Effect.suspend(() => {
+    const activeFor = Duration.toMillis(timing.activeFor)
+    const restingEvery = Duration.toMillis(timing.restingEvery)
+    let last = Number.NEGATIVE_INFINITY
+    const due = Effect.clockWith((clock) => {
+      const now = clock.unsafeCurrentTimeMillis()
+      if (now - lastActive() > activeFor && now - last < restingEvery) return Effect.void
+      last = now
+      return round
+    })
+    return Effect.forever(Effect.zipRight(due, Effect.sleep(timing.probeEvery)))
+  })
 
 export class Loads extends Context.Tag("nativegen/cluster/Loads")<Loads, {
   /** This runner's stored address. */
@@ -157,32 +195,38 @@ export const make = (
     })
 
     let failures = 0
-    yield* round.pipe(
+    let lastActive = Number.NEGATIVE_INFINITY
+    const active = Effect.clockWith((clock) => Effect.sync(() => (lastActive = clock.unsafeCurrentTimeMillis())))
+    const guarded = round.pipe(
       Effect.tap(() => Effect.sync(() => (failures = 0))),
       Effect.catchAllCause((cause) =>
         // Failures in a row are a warning at the first and every 20th, debug lines between.
         failures++ % 20 === 0
           ? Effect.logWarning(`cluster load: reading the runners failed ${failures} times in a row`, cause)
           : Effect.logDebug("cluster load: reading the runners failed", cause)
-      ),
-      Effect.repeat(Schedule.spaced(timing.probeEvery)),
-      Effect.annotateLogs({ service: "Loads" }),
-      Effect.forkScoped
+      )
     )
+    yield* paced(guarded, timing, () => lastActive).pipe(Effect.annotateLogs({ service: "Loads" }), Effect.forkScoped)
 
     return Loads.of({
       self,
       own,
-      others: Effect.sync(() => {
-        const now = Date.now()
-        return [...heard.values()].filter((h) => now - h.at <= staleAfter).map((h) => h.load)
-      }),
+      others: Effect.zipRight(
+        active,
+        Effect.sync(() => {
+          const now = Date.now()
+          return [...heard.values()].filter((h) => now - h.at <= staleAfter).map((h) => h.load)
+        })
+      ),
       serving: (kind, id) =>
         Effect.acquireRelease(
-          Effect.sync(() => {
-            served[kind]++
-            serving.add(id)
-          }),
+          Effect.zipRight(
+            active,
+            Effect.sync(() => {
+              served[kind]++
+              serving.add(id)
+            })
+          ),
           () => Effect.sync(() => void serving.delete(id))
         )
     })

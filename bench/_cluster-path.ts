@@ -1,0 +1,185 @@
+/**
+ * A development tool (not a figure): what the cluster's own path costs a turn, apart from the
+ * engine. `node --import tsx bench/_cluster-path.ts [turns] [remote]` builds a runner in this
+ * process (Runner.layer over SQLite in a temporary directory) over a Provider that answers at once
+ * (one Text chunk, then Done), and times turns through the routing Provider beside the same turns
+ * on the answering Provider itself (alternating rounds; medians of the first chunk and the whole
+ * turn, and this process's CPU µs per turn; with `--cpu-prof` node writes a profile of it).
+ *
+ * - local (default): the runner is alone and holds every shard; its turns take the cluster path in
+ *   process (routing, the entity call through Sharding, the entity's handler, the in-process push
+ *   to its own sink, the inbox, the exactly-once check).
+ * - remote: a second runner over the same storage in a child process (this file with `owner`)
+ *   takes half the shards, and the turns are of conversations it holds: sent straight to its sink
+ *   once the load answers name it (or through Sharding before), their chunks pushed back.
+ *
+ * DETECTION_SECONDS: the runners' --cluster-detection (default 3). With IDLE_SECONDS set it times no turn: it waits that long once the shards are placed and
+ * prints this runner's CPU at rest per thread (main: the event loop; the others: V8's workers,
+ * libuv, the SQLite driver), from /proc.
+ */
+import { Sharding } from "@effect/cluster/Sharding"
+import * as ShardId from "@effect/cluster/ShardId"
+import { RunnerAddress } from "@effect/cluster/RunnerAddress"
+import * as Context from "effect/Context"
+import * as Duration from "effect/Duration"
+import * as Effect from "effect/Effect"
+import * as Layer from "effect/Layer"
+import * as Logger from "effect/Logger"
+import * as LogLevel from "effect/LogLevel"
+import * as Stream from "effect/Stream"
+import * as ChildProcess from "node:child_process"
+import * as Fs from "node:fs"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { conversationShard } from "../src/cluster/ConversationEntity.js"
+import * as Runner from "../src/cluster/Runner.js"
+import type { GenerateChunk, GenerateRequest, Readiness } from "../src/domain/Inference.js"
+import { Conversations } from "../src/services/Conversations.js"
+import { Provider } from "../src/services/Provider.js"
+
+const TURNS = Number(process.argv[2] ?? 400)
+const REMOTE = process.argv[3] === "remote"
+const ROUNDS = 5
+const SHARDS = 12
+
+const readiness: Readiness = {
+  state: "ready",
+  reason: null,
+  engine: { incarnation: 1, pid: null, backend: null, nodeLlamaCppVersion: null, uptimeMillis: 0 },
+  budget: null,
+  roles: [],
+  scheduler: { running: 0, queued: 0, slots: 4, conversations: 0 },
+  recoveryActions: []
+}
+
+const answer: ReadonlyArray<GenerateChunk> = [
+  { _tag: "Text", channel: "answer", text: " hi", tokens: [7] },
+  {
+    _tag: "Done",
+    stopReason: "maxTokens",
+    usage: { promptTokens: 10, reusedTokens: 9, generatedTokens: 1, reuse: "continuation" },
+    timings: { queueMillis: 0, firstTokenMillis: 0, decodeTokensPerSecond: 0, totalMillis: 0 }
+  }
+]
+
+const unused = () => Effect.die("not used by this tool")
+const answering = Provider.of({
+  generate: () => Stream.fromIterable(answer),
+  decide: unused,
+  count: unused,
+  tokenize: unused,
+  prepare: unused,
+  readiness: Effect.succeed(readiness),
+  readinessChanges: Stream.make(readiness)
+})
+const conversations = Conversations.of({
+  verify: unused,
+  attach: unused,
+  record: unused,
+  recordPrepared: unused,
+  held: () => undefined,
+  handOver: () => Effect.void
+})
+
+const median = (values: ReadonlyArray<number>) => [...values].sort((a, b) => a - b)[Math.floor(values.length / 2)]!
+
+/** A runner named `name` in `dir` over the answering Provider. */
+const runner = (dir: string, name: string) =>
+  Runner.layer({
+    address: RunnerAddress.make({ host: Path.join(dir, `${name}.sock`), port: 0 }),
+    storage: { _tag: "Sqlite", file: Path.join(dir, "cluster.db") },
+    detection: Duration.seconds(Number(process.env.DETECTION_SECONDS ?? 3)),
+    shards: SHARDS
+  }).pipe(Layer.provide(Layer.mergeAll(Layer.succeed(Provider, answering), Layer.succeed(Conversations, conversations))))
+
+const heldShards = (sharding: Sharding["Type"]) =>
+  Array.from({ length: SHARDS }, (_, i) => sharding.hasShardId(ShardId.make("default", i + 1))).filter(Boolean).length
+
+/** CPU ms of each thread of this process (named by /proc: the main thread's id is the pid), from /proc. */
+const threadCpu = () =>
+  new Map(Fs.readdirSync(`/proc/${process.pid}/task`).map((tid) => {
+    const fields = Fs.readFileSync(`/proc/${process.pid}/task/${tid}/stat`, "utf8").split(") ")[1]!.split(" ")
+    const name = Number(tid) === process.pid ? "main" : `${Fs.readFileSync(`/proc/${process.pid}/task/${tid}/comm`, "utf8").trim()} ${tid}`
+    return [name, (Number(fields[11]) + Number(fields[12])) * 10] as const
+  }))
+
+/** This runner at rest for `seconds`: CPU ms per second, per thread. */
+const idle = (seconds: number) =>
+  Effect.gen(function*() {
+    yield* Effect.sleep("5 seconds")
+    const before = threadCpu()
+    const start = performance.now()
+    yield* Effect.sleep(Duration.seconds(seconds))
+    const elapsed = (performance.now() - start) / 1000
+    let total = 0
+    for (const [name, ms] of threadCpu()) {
+      const used = ms - (before.get(name) ?? 0)
+      total += used
+      if (used > 0) console.log(`${name}: ${(used / elapsed).toFixed(1)} CPU ms/s`)
+    }
+    console.log(`at rest: ${(total / elapsed).toFixed(1)} CPU ms/s over ${elapsed.toFixed(0)} s`)
+  })
+
+const program = Effect.gen(function*() {
+  const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngpath-"))
+  if (REMOTE) {
+    const owner = ChildProcess.spawn(process.execPath, ["--import", "tsx", import.meta.filename, "owner", dir], { stdio: "inherit" })
+    yield* Effect.addFinalizer(() => Effect.sync(() => owner.kill("SIGKILL")))
+  }
+  const context = yield* Layer.build(runner(dir, "entry"))
+  const routing = Context.get(context, Provider)
+  const sharding = Context.get(context, Sharding)
+  // Until the shards are placed: all of them here, or half with the owner.
+  const wanted = REMOTE ? SHARDS / 2 : SHARDS
+  while (heldShards(sharding) !== wanted) yield* Effect.sleep("50 millis")
+  const ids = Array.from({ length: 400 }, (_, i) => `c${i}`)
+    .filter((id) => sharding.hasShardId(conversationShard(sharding, id)) !== REMOTE)
+    .slice(0, 16)
+  const request = (i: number): GenerateRequest => ({ conversation: ids[i % ids.length]!, messages: [{ role: "user", content: "hello" }] })
+
+  /** `TURNS` turns one after another: per turn, ms to the first chunk and to the end; CPU µs per turn. */
+  const timed = (provider: Provider["Type"]) =>
+    Effect.gen(function*() {
+      const first: Array<number> = []
+      const whole: Array<number> = []
+      const cpu = process.cpuUsage()
+      for (let i = 0; i < TURNS; i++) {
+        const start = performance.now()
+        let firstAt = 0
+        yield* Stream.runForEach(provider.generate(request(i)), () => Effect.sync(() => {
+          if (firstAt === 0) firstAt = performance.now()
+        }))
+        first.push(firstAt - start)
+        whole.push(performance.now() - start)
+      }
+      const used = process.cpuUsage(cpu)
+      return { first: median(first), whole: median(whole), cpu: (used.user + used.system) / TURNS }
+    })
+
+  if (process.env.IDLE_SECONDS !== undefined) return yield* idle(Number(process.env.IDLE_SECONDS))
+  // Warm: the entities started, and (remote) the load answers naming the owner's sink.
+  yield* timed(routing)
+  yield* Effect.sleep("3 seconds")
+  yield* timed(routing)
+  const format = (r: { first: number; whole: number; cpu: number }) =>
+    `first chunk ${r.first.toFixed(3)} ms, whole ${r.whole.toFixed(3)} ms, CPU ${r.cpu.toFixed(0)} µs/turn`
+  for (let round = 1; round <= ROUNDS; round++) {
+    const plain = yield* timed(answering)
+    const clustered = yield* timed(routing)
+    console.log(`round ${round}: answering Provider: ${format(plain)}\n         cluster path:      ${format(clustered)}`)
+  }
+  Fs.rmSync(dir, { recursive: true, force: true })
+})
+
+if (process.argv[2] === "owner") {
+  // The remote runner: serves until killed.
+  Effect.runFork(Layer.launch(runner(process.argv[3]!, "owner")).pipe(Logger.withMinimumLogLevel(LogLevel.Warning)))
+} else {
+  Effect.runPromise(program.pipe(Effect.scoped, Logger.withMinimumLogLevel(LogLevel.Warning))).then(
+    () => process.exit(0),
+    (error) => {
+      console.error(error)
+      process.exit(1)
+    }
+  )
+}
