@@ -258,7 +258,7 @@ export const layerPusher: Layer.Layer<SinkClients, never, TurnSink> = Layer.scop
  * A message takes the stream's chunk as it comes: the runtime's stream already carries, in one
  * chunk, what the engine child sent while the previous push was in flight. Only a remote sink with
  * a `hold` (`--cluster-hold`) has its chunks coalesced (Coalesce.ts): that costs the first token a
- * hop through a second fiber (~0.2 ms in bench/_cluster-local-path.ts), so nothing else pays it.
+ * hop through a second fiber (~0.2 ms in bench/_cluster-path.ts), so nothing else pays it.
  */
 export const pushTo = (pusher: SinkClients["Type"], sink: RunnerAddress, turn: string, what: string, wire: CoalesceOptions = {}) =>
 <E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Effect.Effect<TurnEnd, E | EngineUnavailable, R> =>

@@ -1,8 +1,8 @@
 /**
- * Fewer, larger messages for a remote stream: the owner of a turn sends its chunks over the
- * cluster as @effect/rpc messages, one message per stream chunk, and each message costs a socket
- * write and a wake-up in both runners plus the entity's acknowledgement (an `AckChunk` envelope and
- * its reply) before the next may leave. `coalesce` re-chunks a stream so that a message carries
+ * Fewer, larger messages for a remote stream held by `--cluster-hold` (ChunkChannel.pushTo applies
+ * it only then): the owner of a turn pushes its chunks to the entry as @effect/rpc messages, one
+ * message per stream chunk, and each message costs a socket write and a wake-up in both runners
+ * and its answer before the next may leave. `coalesce` re-chunks a stream so that a message carries
  * every element that is ready: the first element goes at once (a turn's first token is never
  * held); after it, each batch takes what the producer made while the previous one was in flight
  * and, with a `hold`, waits that long for more (the engine's next step) before it goes. The end

@@ -5,9 +5,9 @@
  * each stamped with the turn's id, its ordinal (`index`) and the ordinal of its first generated
  * token (`seq`), so the entry runner can prove that what it passes on is one unbroken stream
  * (RoutingProvider); it answers once they are all pushed. Turns are volatile messages (not
- * persisted): a turn is never replayed from storage. The chunks go as the runtime batches them,
- * coalesced for the wire (Coalesce.ts): the first at once, then each push carries every chunk
- * ready when it leaves (and, with a hold, what comes within it). Since a turn is a
+ * persisted): a turn is never replayed from storage. The chunks go as the runtime batches them
+ * (a push per stream chunk, ChunkChannel.pushTo): the first at once, then each push carries every
+ * chunk ready when it leaves (and, with a hold, what comes within it). Since a turn is a
  * request-response call, an entity that closes while one runs (its shard moving to a joining
  * runner) waits for it to end instead of cutting it.
  *
@@ -35,12 +35,12 @@ import * as Stream from "effect/Stream"
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { type ChatMessage, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { replyOf } from "../http/KeyedConversations.js"
+import { tapChunks } from "../internal/ChunkTap.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
 import { pushTo, TurnEnd, SinkClients } from "./ChunkChannel.js"
 import type { CoalesceOptions } from "./Coalesce.js"
-import { tapChunks } from "../internal/ChunkTap.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
 import { Transcripts } from "./Transcripts.js"

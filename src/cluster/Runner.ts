@@ -133,7 +133,7 @@ export const layerClientOnly = (
 export const layer = (
   settings: RunnerSettings
 ): Layer.Layer<Provider | Sharding | KeyedTurns, SqlError | Storage.StorageBusy | SocketServer.SocketServerError, Provider | Conversations> => {
-  // How an owner sends a stream's chunks to its entry: the first at once, then what is ready (Coalesce.ts).
+  // How an owner sends a stream's chunks to its entry: the first at once, then what is ready (ChunkChannel.pushTo; with a hold, Coalesce.ts).
   const wire = { hold: settings.hold ?? 0 }
   // One Drain for the entities and the load answers: a stopping runner lets its streams end first.
   const drain = Drain.layer(settings.drain ?? defaultDrain)

@@ -63,7 +63,7 @@ export const idsByShard = (sharding: Sharding["Type"], shards: number): Readonly
   return ids.map((id) => id!)
 }
 
-/** The handlers over the runner's local Provider; a generation's chunks coalesced for the wire as a turn's are (`wire`). */
+/** The handlers over the runner's local Provider; a generation's chunks pushed as a turn's are (`wire`: the hold). */
 export const layer = (wire: CoalesceOptions = {}) => Work.toLayer(
   Effect.gen(function*() {
     const provider = yield* Provider
