@@ -13,9 +13,9 @@
  *   takes half the shards, and the turns are of conversations it holds: sent straight to its sink
  *   once the load answers name it (or through Sharding before), their chunks pushed back.
  *
- * DETECTION_SECONDS: the runners' --cluster-detection (default 3). With IDLE_SECONDS set it times no turn: it waits that long once the shards are placed and
- * prints this runner's CPU at rest per thread (main: the event loop; the others: V8's workers,
- * libuv, the SQLite driver), from /proc.
+ * DETECTION_SECONDS: the runners' --cluster-detection (default 3). With IDLE_SECONDS set it times
+ * no turn: it waits that long once the shards are placed and prints this runner's CPU at rest per
+ * thread (main: the event loop; the others: V8's workers, libuv, the SQLite driver), from /proc.
  */
 import { Sharding } from "@effect/cluster/Sharding"
 import * as ShardId from "@effect/cluster/ShardId"
@@ -121,7 +121,10 @@ const idle = (seconds: number) =>
   })
 
 const program = Effect.gen(function*() {
-  const dir = Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngpath-"))
+  const dir = yield* Effect.acquireRelease(
+    Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngpath-"))),
+    (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
+  )
   if (REMOTE) {
     const owner = ChildProcess.spawn(process.execPath, ["--import", "tsx", import.meta.filename, "owner", dir], { stdio: "inherit" })
     yield* Effect.addFinalizer(() => Effect.sync(() => owner.kill("SIGKILL")))
@@ -168,7 +171,6 @@ const program = Effect.gen(function*() {
     const clustered = yield* timed(routing)
     console.log(`round ${round}: answering Provider: ${format(plain)}\n         cluster path:      ${format(clustered)}`)
   }
-  Fs.rmSync(dir, { recursive: true, force: true })
 })
 
 if (process.argv[2] === "owner") {
