@@ -58,7 +58,8 @@ const answer: ReadonlyArray<GenerateChunk> = [
     _tag: "Done",
     stopReason: "maxTokens",
     usage: { promptTokens: 10, reusedTokens: 9, generatedTokens: 1, reuse: "continuation" },
-    timings: { queueMillis: 0, firstTokenMillis: 0, decodeTokensPerSecond: 0, totalMillis: 0 }
+    timings: { queueMillis: 0, firstTokenMillis: 0, decodeTokensPerSecond: 0, totalMillis: 0 },
+    ...(process.env.CHECKPOINT === "1" ? { checkpoint: { conversation: "c", tokens: 11, hash: "0123456789abcdef" } } : {})
   }
 ]
 

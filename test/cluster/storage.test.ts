@@ -289,6 +289,19 @@ describe.skipIf(!Fs.existsSync("/proc/self/fd"))("SQLite runner storage connecti
       assert.deepStrictEqual(rows.map((r) => Number(r.x)), [2])
     }).pipe(Effect.scoped), 30_000)
 
+  it.live("every connection commits without waiting for the disk (synchronous = NORMAL), also one replaced after a failure and a transaction's", () =>
+    Effect.gen(function*() {
+      const spec = yield* sqlite.fresh
+      const sql = yield* client(spec)
+      const synchronous = Effect.map(sql<{ synchronous: number }>`PRAGMA synchronous`, (rows) => Number(rows[0]?.synchronous))
+      // SQLite's own default is FULL (2); NORMAL is 1.
+      assert.strictEqual(yield* synchronous, 1, "the shared connection")
+      assert.strictEqual(yield* sql.withTransaction(synchronous), 1, "the transactions' connection")
+      // A failed statement closes the shared connection; its replacement is set up the same.
+      yield* Effect.flip(sql`SELECT * FROM no_such_table`)
+      assert.strictEqual(yield* synchronous, 1, "the connection after a failure")
+    }).pipe(Effect.scoped), 30_000)
+
   it.live("write transactions close their connections, and closing the storage closes the rest: no file left open", () =>
     Effect.gen(function*() {
       const spec = yield* sqlite.fresh
