@@ -13,6 +13,9 @@
  *   takes half the shards, and the turns are of conversations it holds: sent straight to its sink
  *   once the load answers name it (or through Sharding before), their chunks pushed back.
  *
+ * CHECKPOINT=1: the answer's Done carries a checkpoint, so each turn records its transcript in the
+ * runner storage before Done passes on (as a real turn does; the Text and Done here are one chunk,
+ * so the first chunk waits for the write too).
  * DETECTION_SECONDS: the runners' --cluster-detection (default 3). With IDLE_SECONDS set it times
  * no turn: it waits that long once the shards are placed and prints this runner's CPU at rest per
  * thread (main: the event loop; the others: V8's workers, libuv, the SQLite driver), from /proc.
