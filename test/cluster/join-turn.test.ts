@@ -3,10 +3,11 @@
  * sockets, one SQLite storage). r1 and r2 serve; a long turn of a conversation that one of them
  * holds, and that r3's arrival moves to r3, is sent through the other, and once its first chunk
  * came r3 is started; the test checks that r3 registered while the turn still streamed (so the
- * old owner was told to give the shard up mid-turn). The old owner serves it while the shard moves: its chunks go straight to the
- * entry (ChunkChannel), and it gives the shard up only once the turn has ended. With the turn streamed as the entity's reply, the entity
- * closed as the shard moved, its stream acks were dropped, and the turn stalled and was cut with
- * GenerationFailed after the 30 s termination timeout.
+ * old owner learned at its next assignment refresh, mid-turn, that the shard goes to r3). The old
+ * owner serves it while the shard moves: its chunks go straight to the entry (ChunkChannel), and
+ * it gives the shard up only once the turn has ended. With the turn streamed as the entity's
+ * reply, the entity closed as the shard moved, its stream acks were dropped, and the turn stalled
+ * and was cut with GenerationFailed after the 30 s termination timeout.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { assert, describe, layer } from "@effect/vitest"
