@@ -34,6 +34,7 @@ import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { threadCpu } from "./_proccpu.js"
 import { conversationShard } from "../src/cluster/ConversationEntity.js"
 import * as Runner from "../src/cluster/Runner.js"
 import type { GenerateChunk, GenerateRequest, Readiness } from "../src/domain/Inference.js"
@@ -99,27 +100,20 @@ const runner = (dir: string, name: string) =>
 const heldShards = (sharding: Sharding["Type"]) =>
   Array.from({ length: SHARDS }, (_, i) => sharding.hasShardId(ShardId.make("default", i + 1))).filter(Boolean).length
 
-/** CPU ms of each thread of this process (named by /proc: the main thread's id is the pid), from /proc. */
-const threadCpu = () =>
-  new Map(Fs.readdirSync(`/proc/${process.pid}/task`).map((tid) => {
-    const fields = Fs.readFileSync(`/proc/${process.pid}/task/${tid}/stat`, "utf8").split(") ")[1]!.split(" ")
-    const name = Number(tid) === process.pid ? "main" : `${Fs.readFileSync(`/proc/${process.pid}/task/${tid}/comm`, "utf8").trim()} ${tid}`
-    return [name, (Number(fields[11]) + Number(fields[12])) * 10] as const
-  }))
-
 /** This runner at rest for `seconds`: CPU ms per second, per thread. */
 const idle = (seconds: number) =>
   Effect.gen(function*() {
     yield* Effect.sleep("5 seconds")
-    const before = threadCpu()
+    const before = threadCpu(process.pid)
     const start = performance.now()
     yield* Effect.sleep(Duration.seconds(seconds))
     const elapsed = (performance.now() - start) / 1000
     let total = 0
-    for (const [name, ms] of threadCpu()) {
-      const used = ms - (before.get(name) ?? 0)
+    for (const [tid, { ms, name }] of threadCpu(process.pid)) {
+      const used = ms - (before.get(tid)?.ms ?? 0)
       total += used
-      if (used > 0) console.log(`${name}: ${(used / elapsed).toFixed(1)} CPU ms/s`)
+      // The main thread's id is the pid.
+      if (used > 0) console.log(`${tid === process.pid ? "main" : `${name} ${tid}`}: ${(used / elapsed).toFixed(1)} CPU ms/s`)
     }
     console.log(`at rest: ${(total / elapsed).toFixed(1)} CPU ms/s over ${elapsed.toFixed(0)} s`)
   })

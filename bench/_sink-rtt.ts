@@ -20,12 +20,8 @@ import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { ChunkRpcs, layerSink, NotOwner, TurnServer } from "../src/cluster/ChunkChannel.js"
+import { processCpu } from "./_proccpu.js"
 
-/** CPU ms (user + system) of a process, from /proc (10 ms ticks). */
-const cpuOf = (pid: number) => {
-  const fields = Fs.readFileSync(`/proc/${pid}/stat`, "utf8").split(") ")[1]!.split(" ")
-  return (Number(fields[11]) + Number(fields[12])) * 10
-}
 
 const CALLS = Number(process.argv[3] ?? process.argv[2] ?? 2000)
 
@@ -49,12 +45,12 @@ if (process.argv[2] === "serve") {
     for (let i = 0; i < 200; i++) await call()
     const t = performance.now()
     const cpu = process.cpuUsage()
-    const serverCpu = cpuOf(child.pid!)
+    const serverCpu = processCpu(child.pid!)
     for (let i = 0; i < CALLS; i++) await call()
     const used = process.cpuUsage(cpu)
     const perCall = (us: number) => (us / CALLS).toFixed(0)
     console.log(`${name}: ${perCall((performance.now() - t) * 1000)} µs per call; CPU µs per call: caller ${perCall(used.user + used.system)}, ` +
-      `sink ${perCall((cpuOf(child.pid!) - serverCpu) * 1000)}`)
+      `sink ${perCall((processCpu(child.pid!) - serverCpu) * 1000)}`)
   }
 
   const floor = Net.createConnection({ path: `${path}.echo` })

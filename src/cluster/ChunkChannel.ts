@@ -23,7 +23,7 @@
  * own entities (DirectServer.ts), or refuses them with NotOwner.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
-import { Socket } from "@effect/platform/Socket"
+import { isSocketError, Socket, type SocketError } from "@effect/platform/Socket"
 import * as SocketServer from "@effect/platform/SocketServer"
 import * as Rpc from "@effect/rpc/Rpc"
 import * as RpcClient from "@effect/rpc/RpcClient"
@@ -221,30 +221,24 @@ export const layerPusher: Layer.Layer<SinkClients, never, TurnSink> = Layer.scop
     // One client per sink, closed a while after its last push.
     const clients = yield* RcMap.make({ lookup: connect, idleTimeToLive: "1 minute" })
     const unreachable = (sink: RunnerAddress) => (reason: string) => new SinkUnreachable({ sink: formatAddress(sink), reason })
-    /** A request to `sink` that a runner serves (a turn, a one-off); the connection's failures as SinkUnreachable. */
-    const served = (
+    /** A call on `sink`'s runner (a push, a turn, a one-off); the connection's failures as SinkUnreachable, its answer's own errors as they are. */
+    const call = <A, E extends { readonly _tag: string }>(
       sink: RunnerAddress,
-      send: (client: Effect.Effect.Success<ReturnType<typeof connect>>) => Effect.Effect<TurnEnd, ProviderError | NotOwner | RpcClientError>
-    ) =>
+      send: (client: Effect.Effect.Success<ReturnType<typeof connect>>) => Effect.Effect<A, E | RpcClientError>
+    ): Effect.Effect<A, Exclude<E, RpcClientError | SocketError> | SinkUnreachable> =>
       Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), send)).pipe(
-        Effect.catchTags({
-          RpcClientError: (error) => Effect.fail(unreachable(sink)(error.message)),
-          SocketError: (error) => Effect.fail(unreachable(sink)(error.message))
-        }),
+        Effect.catchIf(
+          (error): error is RpcClientError | SocketError => error._tag === "RpcClientError" || isSocketError(error),
+          (error) => Effect.fail(unreachable(sink)(error.message))
+        ),
         Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
       )
     const inProcess = (sink: RunnerAddress) => Equal.equals(sink, own.address)
     return SinkClients.of({
       inProcess,
-      push: (sink, turn, chunks) =>
-        inProcess(sink)
-          ? own.deliver(turn, chunks)
-          : Effect.scoped(Effect.flatMap(RcMap.get(clients, sink), (client) => client.Push({ turn, chunks }))).pipe(
-            Effect.mapError((error) => unreachable(sink)(error.message)),
-            Effect.catchAllDefect((defect) => Effect.fail(unreachable(sink)(String(defect))))
-          ),
-      serve: (sink, turn) => served(sink, (client) => client.Serve(turn)),
-      serveOneOff: (sink, oneOff) => served(sink, (client) => client.ServeOneOff(oneOff))
+      push: (sink, turn, chunks) => inProcess(sink) ? own.deliver(turn, chunks) : call(sink, (client) => client.Push({ turn, chunks })),
+      serve: (sink, turn) => call(sink, (client) => client.Serve(turn)),
+      serveOneOff: (sink, oneOff) => call(sink, (client) => client.ServeOneOff(oneOff))
     })
   })
 )

@@ -34,8 +34,7 @@ import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { type ChatMessage, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
-import { replyOf } from "../http/KeyedConversations.js"
-import { tapChunks } from "../internal/ChunkTap.js"
+import { recordingReply } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
@@ -95,22 +94,11 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
        * only its new messages, continuing a transcript that is not recorded), nothing is recorded.
        */
       const recorded = (conversation: string, request: GenerateRequest, messages: Effect.Effect<ReadonlyArray<ChatMessage> | undefined>) =>
-        Stream.suspend(() => {
-          const reply: Array<GenerateChunk> = []
-          return provider.generate(request).pipe(
-            tapChunks((chunks) => {
-              let done: Extract<GenerateChunk, { _tag: "Done" }> | undefined
-              for (const chunk of chunks) {
-                if (chunk._tag === "Done") done = chunk
-                else reply.push(chunk)
-              }
-              const checkpoint = done?.checkpoint
-              if (checkpoint === undefined || request.prompt !== undefined) return Effect.void
-              return Effect.flatMap(messages, (known) =>
-                known === undefined ? Effect.void : transcripts.record(conversation, [...known, replyOf(reply)], checkpoint))
-            })
+        request.prompt !== undefined ? provider.generate(request) : provider.generate(request).pipe(
+          recordingReply((reply, checkpoint) =>
+            Effect.flatMap(messages, (known) => known === undefined ? Effect.void : transcripts.record(conversation, [...known, reply], checkpoint))
           )
-        })
+        )
 
       /** The turn's messages with its history: its own, or the transcript recorded with its checkpoint before them. */
       const withHistory = (request: GenerateRequest) =>

@@ -92,6 +92,27 @@ export const replyOf = (chunks: ReadonlyArray<GenerateChunk>): ChatMessage => {
   return { role: "assistant", content, ...(toolCalls.length === 0 ? {} : { toolCalls }) }
 }
 
+/**
+ * A generation's stream that, when its Done chunk carries a checkpoint, runs `record` with the
+ * reply (as `replyOf` reads the chunks before it) and the checkpoint, before Done goes on: whoever
+ * holds the checkpoint then finds what was recorded with it. Per chunk of the stream (ChunkTap).
+ */
+export const recordingReply = (record: (reply: ChatMessage, checkpoint: Checkpoint) => Effect.Effect<void>) =>
+<E, R>(chunks: Stream.Stream<GenerateChunk, E, R>): Stream.Stream<GenerateChunk, E, R> =>
+  Stream.suspend(() => {
+    const seen: Array<GenerateChunk> = []
+    return chunks.pipe(
+      tapChunks((batch) => {
+        let checkpoint: Checkpoint | undefined
+        for (const chunk of batch) {
+          if (chunk._tag === "Done") checkpoint = chunk.checkpoint
+          else seen.push(chunk)
+        }
+        return checkpoint === undefined ? Effect.void : record(replyOf(seen), checkpoint)
+      })
+    )
+  })
+
 export const make = Effect.gen(function*() {
   const provider = yield* Provider
   // A cluster runner's context holds the cluster-wide keys; a single server keeps its own.
@@ -110,19 +131,7 @@ export const make = Effect.gen(function*() {
           Stream.catchTag("InvalidCheckpoint", () => provider.generate(plain))
         )
         : provider.generate(plain)
-      const seen: Array<GenerateChunk> = []
-      return run.pipe(
-        tapChunks((chunks) => {
-          let checkpoint: Checkpoint | undefined
-          for (const chunk of chunks) {
-            if (chunk._tag === "Done") checkpoint = chunk.checkpoint
-            else seen.push(chunk)
-          }
-          return checkpoint === undefined
-            ? Effect.void
-            : turns.set(key, { messages: [...request.messages, replyOf(seen)], checkpoint })
-        })
-      )
+      return run.pipe(recordingReply((reply, checkpoint) => turns.set(key, { messages: [...request.messages, reply], checkpoint })))
     }))
   }
 
