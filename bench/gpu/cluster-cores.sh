@@ -9,7 +9,7 @@
 log "cores: $(nproc), load: $(cut -d' ' -f1-3 /proc/loadavg)"
 export NATIVEGEN_BACKEND=cpu UV_THREADPOOL_SIZE=1 BENCH_CLUSTER_ROUNDS=${ROUNDS:-40}
 for run in $(seq 1 "${RUNS:-2}"); do
-  timeout 250 node --import tsx bench/cluster.ts > "$OUT/cluster-$run.log" 2>&1; echo "rc=$?" >> "$OUT/cluster-$run.log"
+  timeout "${TIMEOUT:-250}" node --import tsx bench/cluster.ts > "$OUT/cluster-$run.log" 2>&1; echo "rc=$?" >> "$OUT/cluster-$run.log"
   cat "$OUT/cluster-$run.log" | grep -v "^timestamp"; log "run $run"
   cp bench/results/cluster-unix.json "$OUT/cluster-unix-$run.json" 2>/dev/null
 done
