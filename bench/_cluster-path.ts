@@ -124,7 +124,7 @@ const program = Effect.gen(function*() {
     (dir) => Effect.sync(() => Fs.rmSync(dir, { recursive: true, force: true }))
   )
   if (REMOTE) {
-    const owner = ChildProcess.spawn(process.execPath, ["--import", "tsx", import.meta.filename, "owner", dir], { stdio: "inherit" })
+    const owner = ChildProcess.spawn(process.execPath, [...process.execArgv, import.meta.filename, "owner", dir], { stdio: "inherit" })
     yield* Effect.addFinalizer(() => Effect.sync(() => owner.kill("SIGKILL")))
   }
   const context = yield* Layer.build(runner(dir, "entry"))
