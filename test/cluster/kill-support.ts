@@ -56,9 +56,11 @@ export interface ClusterOptions {
   readonly env?: Record<string, string>
   /** The runner storage: a SQLite file (the default) or a fresh database on NATIVEGEN_TEST_POSTGRES's server. */
   readonly storage?: "sqlite" | "postgres"
+  /** One directory of conversation state files for every runner (`--cluster-conversations`); default: each its own. */
+  readonly sharedConversations?: boolean
 }
 
-/** Runners sharing one storage file; each with its own home, store and public socket. */
+/** Runners sharing one storage file; each with its own home, store and public socket (and conversations directory, unless shared). */
 export const layer = (options: ClusterOptions) =>
   Layer.scoped(
     KillCluster,
@@ -80,6 +82,7 @@ export const layer = (options: ClusterOptions) =>
             NATIVEGEN_CLUSTER_STORAGE: storage._tag === "Sqlite" ? storage.file : Redacted.value(storage.url),
             NATIVEGEN_CLUSTER_SHARDS: String(options.shards),
             NATIVEGEN_CLUSTER_DETECTION: String(options.detection),
+            ...(options.sharedConversations ? { NATIVEGEN_CLUSTER_CONVERSATIONS: Path.join(dir, "conversations") } : {}),
             ...options.env
           }
           let server: Server | undefined
