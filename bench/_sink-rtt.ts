@@ -28,7 +28,7 @@ const CALLS = Number(process.argv[3] ?? process.argv[2] ?? 2000)
 if (process.argv[2] === "serve") {
   const path = process.argv[3]!
   const address = RunnerAddress.make({ host: path, port: 0 })
-  const turns = Layer.succeed(TurnServer, TurnServer.of({ serve: (turn) => Effect.fail(new NotOwner({ conversation: turn.conversation })), serveOneOff: () => Effect.fail(new NotOwner({})) }))
+  const turns = Layer.succeed(TurnServer, TurnServer.of({ serve: (turn) => Effect.fail(new NotOwner({ conversation: turn.conversation })), serveOneOff: () => Effect.fail(new NotOwner({})), serveDecision: () => Effect.fail(new NotOwner({})) }))
   // The sink listens at `${path}.chunks`; an echo server beside it at `${path}.echo` (the floor).
   const echo = Net.createServer((socket) => socket.on("data", (data) => socket.write(data)))
   echo.listen(`${path}.echo`)

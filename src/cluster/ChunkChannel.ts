@@ -19,8 +19,8 @@
  *
  * Direct turns: the sink also takes a turn's request (`Serve`) from an entry that knows, from the
  * runners' load answers, which runner holds the conversation's shard, and a one-off generation
- * (`ServeOneOff`) from an entry that chose this runner by load; the runner runs them through its
- * own entities (DirectServer.ts), or refuses them with NotOwner.
+ * (`ServeOneOff`) or a decision (`ServeDecision`) from an entry that chose this runner by load;
+ * the runner runs them through its own entities (DirectServer.ts), or refuses them with NotOwner.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { isSocketError, Socket, type SocketError } from "@effect/platform/Socket"
@@ -46,7 +46,7 @@ import * as Schema from "effect/Schema"
 import type * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
 import { EngineUnavailable } from "../domain/EngineError.js"
-import { GenerateRequest } from "../domain/Inference.js"
+import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inference.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { coalesce, type CoalesceOptions } from "./Coalesce.js"
 import { TurnChunk } from "./TurnChunk.js"
@@ -75,6 +75,10 @@ export type DirectTurn = typeof DirectTurn.Type
 export const DirectOneOff = Schema.Struct({ turn: Schema.String, request: GenerateRequest, sink: RunnerAddress })
 export type DirectOneOff = typeof DirectOneOff.Type
 
+/** A decision sent straight to the runner the entry chose by load (`ServeDecision`): request-response, no chunks. */
+export const DirectDecision = Schema.Struct({ id: Schema.String, request: DecideRequest })
+export type DirectDecision = typeof DirectDecision.Type
+
 export class ChunkRpcs extends RpcGroup.make(
   Rpc.make("Push", {
     payload: { turn: Schema.String, chunks: Schema.Array(TurnChunk) },
@@ -82,13 +86,15 @@ export class ChunkRpcs extends RpcGroup.make(
     success: Schema.Boolean
   }),
   Rpc.make("Serve", { payload: DirectTurn, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) }),
-  Rpc.make("ServeOneOff", { payload: DirectOneOff, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) })
+  Rpc.make("ServeOneOff", { payload: DirectOneOff, success: TurnEnd, error: Schema.Union(ProviderError, NotOwner) }),
+  Rpc.make("ServeDecision", { payload: DirectDecision, success: DecideResult, error: Schema.Union(ProviderError, NotOwner) })
 ) {}
 
-/** How a runner serves direct turns and one-offs (DirectServer.ts: through its own entities). */
+/** How a runner serves direct turns, one-offs and decisions (DirectServer.ts: through its own entities). */
 export class TurnServer extends Context.Tag("nativegen/cluster/TurnServer")<TurnServer, {
   readonly serve: (turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner>
   readonly serveOneOff: (oneOff: DirectOneOff) => Effect.Effect<TurnEnd, ProviderError | NotOwner>
+  readonly serveDecision: (decision: DirectDecision) => Effect.Effect<DecideResult, ProviderError | NotOwner>
 }>() {}
 
 export interface Inbox<E> {
@@ -107,7 +113,7 @@ export class TurnSink extends Context.Tag("nativegen/cluster/TurnSink")<TurnSink
   readonly open: <E>(turn: string) => Effect.Effect<Inbox<E>, never, Scope.Scope>
   /** What a push does, in process: `turn`'s chunks into its inbox; whether the turn is still awaited. */
   readonly deliver: (turn: string, chunks: ReadonlyArray<TurnChunk>) => Effect.Effect<boolean>
-  /** Turns and one-offs other runners sent straight to this one since it started (`Serve`, `ServeOneOff`), refused ones included. */
+  /** Turns, one-offs and decisions other runners sent straight to this one since it started (`Serve`, `ServeOneOff`, `ServeDecision`), refused ones included. */
   readonly directTurns: () => number
 }>() {}
 
@@ -140,6 +146,10 @@ export const layerSink = (
         ServeOneOff: (oneOff) => Effect.suspend(() => {
           directTurns++
           return turns.serveOneOff(oneOff)
+        }),
+        ServeDecision: (decision) => Effect.suspend(() => {
+          directTurns++
+          return turns.serveDecision(decision)
         })
       })
       const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen, port)))
@@ -200,6 +210,8 @@ export class SinkClients extends Context.Tag("nativegen/cluster/SinkClients")<Si
   readonly serve: (sink: RunnerAddress, turn: DirectTurn) => Effect.Effect<TurnEnd, ProviderError | NotOwner | SinkUnreachable>
   /** Sends a one-off generation straight to the runner whose sink this is. */
   readonly serveOneOff: (sink: RunnerAddress, oneOff: DirectOneOff) => Effect.Effect<TurnEnd, ProviderError | NotOwner | SinkUnreachable>
+  /** Sends a decision straight to the runner whose sink this is. */
+  readonly serveDecision: (sink: RunnerAddress, decision: DirectDecision) => Effect.Effect<DecideResult, ProviderError | NotOwner | SinkUnreachable>
 }>() {}
 
 /** A connection to `sink`: Unix socket, or TCP with noDelay. */
@@ -238,7 +250,8 @@ export const layerPusher: Layer.Layer<SinkClients, never, TurnSink> = Layer.scop
       inProcess,
       push: (sink, turn, chunks) => inProcess(sink) ? own.deliver(turn, chunks) : call(sink, (client) => client.Push({ turn, chunks })),
       serve: (sink, turn) => call(sink, (client) => client.Serve(turn)),
-      serveOneOff: (sink, oneOff) => call(sink, (client) => client.ServeOneOff(oneOff))
+      serveOneOff: (sink, oneOff) => call(sink, (client) => client.ServeOneOff(oneOff)),
+      serveDecision: (sink, decision) => call(sink, (client) => client.ServeDecision(decision))
     })
   })
 )

@@ -7,9 +7,9 @@
  *   conversation's shard: its turns stay in order, and its KV is handed over when the entity
  *   closes. A runner that does not hold the shard (the entry's view was stale) answers NotOwner,
  *   and the entry sends the turn through the cluster.
- * - A one-off generation runs through the work entity of a shard this runner holds (it counts in
- *   the runner's load answers as served for another, as a one-off sent through the cluster does).
- *   A runner that holds no shard (it is stopping) answers NotOwner.
+ * - A one-off generation or a decision runs through the work entity of a shard this runner holds
+ *   (it counts in the runner's load answers as served for another, as one sent through the cluster
+ *   does). A runner that holds no shard (it is stopping) answers NotOwner.
  */
 import { Sharding } from "@effect/cluster/Sharding"
 import * as ShardId from "@effect/cluster/ShardId"
@@ -40,6 +40,11 @@ export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding> 
           const id = heldWorkId()
           if (id === undefined) return Effect.fail(new NotOwner({}))
           return workFor(id).Generate({ turn, request, sink }).pipe(refusedAsProviderErrors("a one-off generation"))
+        },
+        serveDecision: (decision) => {
+          const id = heldWorkId()
+          if (id === undefined) return Effect.fail(new NotOwner({}))
+          return workFor(id).Decide(decision).pipe(refusedAsProviderErrors("a decision"))
         }
       })
     })

@@ -14,7 +14,8 @@
  * there through the work entity of a shard that runner holds, DirectServer.ts), else through the
  * cluster to the work entity of one of its shards (WorkEntity.ts); either way its chunks are
  * checked as a conversation turn's are, with the same fall-backs and re-sends
- * (RoutingProvider.routedTurn). A decision goes through the cluster to that work entity.
+ * (RoutingProvider.routedTurn). A decision goes the same two ways (`ServeDecision`, or through
+ * the cluster to the work entity; RoutingProvider.routedDecision).
  *
  * Generations with a conversation are not this module's: they pass through to the Provider below
  * (RoutingProvider sends them to their conversation's entity before they reach it).
@@ -31,7 +32,7 @@ import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { receive, SinkClients, TurnSink } from "./ChunkChannel.js"
 import { Loads, pending, type RunnerLoad } from "./Load.js"
-import { conversationOf, refusedAsProviderErrors, routedTurn } from "./RoutingProvider.js"
+import { conversationOf, refusedAsProviderErrors, routedDecision, routedTurn } from "./RoutingProvider.js"
 import type { TurnChunk } from "./TurnChunk.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
@@ -161,10 +162,10 @@ export const make = (shards: number) =>
       Effect.flatMap(target, (to) => {
         if (to === undefined) return local.decide(request)
         const id = Crypto.randomUUID()
-        return clientFor(to.id).Decide({ id, request }).pipe(
-          refusedAsProviderErrors("a decision"),
-          whileSent(to.address, id)
-        )
+        return routedDecision(
+          to.sink === undefined ? undefined : clients.serveDecision(to.sink, { id, request }),
+          clientFor(to.id).Decide({ id, request }).pipe(refusedAsProviderErrors("a decision"))
+        ).pipe(whileSent(to.address, id))
       })
 
     return Provider.of({ ...local, generate, decide })

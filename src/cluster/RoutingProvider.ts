@@ -138,6 +138,19 @@ export interface TurnRoutes {
 }
 
 /**
+ * A decision with the entry's rules: straight to the chosen runner (`direct`, where its load
+ * answer names its sink), else through the cluster; a direct decision that its runner refuses
+ * (NotOwner: it holds no shard, it is stopping) or whose sink cannot be reached goes through the
+ * cluster instead (a decision changes nothing on its runner: sending it again is safe). Its own
+ * failures (a refused request, the engine's errors) are the caller's, not sent again.
+ */
+export const routedDecision = <A>(
+  direct: Effect.Effect<A, ProviderError | NotOwner | SinkUnreachable> | undefined,
+  viaCluster: Effect.Effect<A, ProviderError>
+): Effect.Effect<A, ProviderError> =>
+  direct === undefined ? viaCluster : Effect.catchTags(direct, { NotOwner: () => viaCluster, SinkUnreachable: () => viaCluster })
+
+/**
  * A turn (of a conversation, or a one-off: `what` names it in errors) with the entry's rules:
  * straight to its runner where the loads name one, else through its entity. A direct turn that its runner refuses (NotOwner: the
  * shard moved) or that cannot reach it before any chunk goes through the entity instead; one lost

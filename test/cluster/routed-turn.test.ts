@@ -4,7 +4,9 @@
  * entity; a direct turn refused with NotOwner (the entry's view of the shards was stale), or whose
  * owner cannot be reached before any chunk, is served through the entity, whole; one cut after
  * chunks were delivered fails with GenerationFailed naming them and is not sent again; a turn
- * whose runner was lost before any chunk is sent again, a bounded number of times.
+ * whose runner was lost before any chunk is sent again, a bounded number of times. And a decision's
+ * (RoutingProvider.routedDecision): straight to its runner, through the cluster where that runner
+ * refuses or cannot be reached; its own failures are not sent again.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { assert, describe, it } from "@effect/vitest"
@@ -14,7 +16,8 @@ import * as Effect from "effect/Effect"
 import * as FiberId from "effect/FiberId"
 import * as Stream from "effect/Stream"
 import { NotOwner, SinkUnreachable } from "../../src/cluster/ChunkChannel.js"
-import { lostTurnRetries, routedTurn, type TurnRoutes } from "../../src/cluster/RoutingProvider.js"
+import { lostTurnRetries, routedDecision, routedTurn, type TurnRoutes } from "../../src/cluster/RoutingProvider.js"
+import { InvalidRequest } from "../../src/services/ProviderError.js"
 import { stamp } from "../../src/cluster/TurnChunk.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 import { failureOf } from "../support/generation.js"
@@ -103,5 +106,34 @@ describe("the entry's route for a turn", () => {
       const failure = yield* failureOf(run(never.routes))
       assert.strictEqual(failure._tag, "EngineUnavailable")
       assert.strictEqual(never.taken.length, lostTurnRetries + 1)
+    }))
+})
+
+describe("the entry's route for a decision", () => {
+  const answer = { heads: [] }
+  /** A route that records being taken and answers with `effect`. */
+  const route = <A, E>(taken: Array<string>, name: string, effect: Effect.Effect<A, E>) => Effect.suspend(() => (taken.push(name), effect))
+
+  it.effect("straight to its runner; through the cluster where none is named, where it refuses or where its sink cannot be reached", () =>
+    Effect.gen(function*() {
+      const taken: Array<string> = []
+      const viaCluster = route(taken, "cluster", Effect.succeed({ heads: [{ labels: [] }] }))
+      assert.deepStrictEqual(yield* routedDecision(route(taken, "direct", Effect.succeed(answer)), viaCluster), answer)
+      assert.deepStrictEqual(taken.splice(0), ["direct"])
+      assert.deepStrictEqual(yield* routedDecision(undefined, viaCluster), { heads: [{ labels: [] }] })
+      assert.deepStrictEqual(taken.splice(0), ["cluster"])
+      for (const refused of [new NotOwner({}), new SinkUnreachable({ sink: owner.host, reason: "connection refused" })]) {
+        assert.deepStrictEqual(yield* routedDecision(route(taken, "direct", Effect.fail(refused)), viaCluster), { heads: [{ labels: [] }] })
+        assert.deepStrictEqual(taken.splice(0), ["direct", "cluster"], refused._tag)
+      }
+    }))
+
+  it.effect("a decision its runner fails (a refused request, the engine's error) fails, and is not sent again", () =>
+    Effect.gen(function*() {
+      const taken: Array<string> = []
+      const invalid = new InvalidRequest({ field: "heads", value: "0", reason: "a decision needs a head" })
+      const failure = yield* Effect.flip(routedDecision(route(taken, "direct", Effect.fail(invalid)), route(taken, "cluster", Effect.succeed(answer))))
+      assert.strictEqual(failure, invalid)
+      assert.deepStrictEqual(taken, ["direct"])
     }))
 })

@@ -106,7 +106,7 @@ describe("one-offs and decisions by load", () => {
           assert.strictEqual(yield* generationsOf(r2), r2Busy + 3, "r2 ran the three one-offs")
           assert.strictEqual(yield* generationsOf(r1), r1Busy, "r1 ran none of them")
           // Sent straight to r2's sink (its load answers name it), not through the cluster.
-          assert.strictEqual(yield* directTurnsOf(r2), directBefore + 3, "r2 took the three one-offs straight from r1")
+          assert.strictEqual(yield* directTurnsOf(r2), directBefore + 5, "r2 took the three one-offs and the two decisions straight from r1")
 
           // Through r2 (the least loaded itself): served on r2, not for another runner.
           yield* r2.provider.generate(oneOff).pipe(Stream.runDrain)
