@@ -16,6 +16,9 @@
  * CHECKPOINT=1: the answer's Done carries a checkpoint, so each turn records its transcript in the
  * runner storage before Done passes on (as a real turn does; the Text and Done here are one chunk,
  * so the first chunk waits for the write too).
+ * DECISIONS=1 (with remote): times decisions instead, one after another to the owner by each of
+ * the entry's two routes: through the cluster (the work entity of one of its shards) and straight
+ * to its sink (`ServeDecision`), beside the answering Provider's own.
  * DETECTION_SECONDS: the runners' --cluster-detection (default 3). With IDLE_SECONDS set it times
  * no turn: it waits that long once the shards are placed and prints this runner's CPU at rest per
  * thread (main: the event loop; the others: V8's workers, libuv, the SQLite driver), from /proc.
@@ -33,11 +36,14 @@ import * as Stream from "effect/Stream"
 import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs"
 import * as Os from "node:os"
+import * as Crypto from "node:crypto"
 import * as Path from "node:path"
 import { threadCpu } from "./_proccpu.js"
 import { conversationShard } from "../src/cluster/ConversationEntity.js"
 import * as Runner from "../src/cluster/Runner.js"
-import type { GenerateChunk, GenerateRequest, Readiness } from "../src/domain/Inference.js"
+import { layerPusher, SinkClients, sinkListenAddress, TurnSink } from "../src/cluster/ChunkChannel.js"
+import { idsByShard, Work } from "../src/cluster/WorkEntity.js"
+import type { DecideRequest, DecideResult, GenerateChunk, GenerateRequest, Readiness } from "../src/domain/Inference.js"
 import { Conversations } from "../src/services/Conversations.js"
 import { Provider } from "../src/services/Provider.js"
 
@@ -67,10 +73,18 @@ const answer: ReadonlyArray<GenerateChunk> = [
   }
 ]
 
+const decision: DecideResult = {
+  heads: [{ name: "h", labels: [{ label: "yes", probability: 1, rank: 1, logLikelihood: 0 }] }],
+  promptTokens: 4,
+  queueMillis: 0,
+  totalMillis: 0
+}
+const decideRequest: DecideRequest = { prompt: "is it?", heads: [{ name: "h", labels: ["yes", "no"] }] }
+
 const unused = () => Effect.die("not used by this tool")
 const answering = Provider.of({
   generate: () => Stream.fromIterable(answer),
-  decide: unused,
+  decide: () => Effect.succeed(decision),
   count: unused,
   tokenize: unused,
   prepare: unused,
@@ -118,6 +132,47 @@ const idle = (seconds: number) =>
     console.log(`at rest: ${(total / elapsed).toFixed(1)} CPU ms/s over ${elapsed.toFixed(0)} s`)
   })
 
+/** Decisions to the owner (in the child) by each route, `TURNS` one after another per round: median ms and CPU µs per decision. */
+const decisions = (context: Context.Context<Sharding>, dir: string) =>
+  Effect.gen(function*() {
+    const sharding = Context.get(context, Sharding)
+    // A pusher of its own (the runner's is internal): it only calls the owner's sink.
+    const ownSink = TurnSink.of({
+      address: RunnerAddress.make({ host: Path.join(dir, "none"), port: 0 }),
+      open: () => Effect.dieMessage("not used by this tool"),
+      deliver: () => Effect.succeed(false),
+      directTurns: () => 0
+    })
+    const clients = Context.get(yield* Layer.build(layerPusher.pipe(Layer.provide(Layer.succeed(TurnSink, ownSink)))), SinkClients)
+    const work = yield* Effect.provide(Work.client, context)
+    const remoteId = idsByShard(sharding, SHARDS).find((_, i) => !sharding.hasShardId(ShardId.make("default", i + 1)))!
+    const ownerSink = sinkListenAddress(RunnerAddress.make({ host: Path.join(dir, "owner.sock"), port: 0 }))
+    const routes = {
+      answering: answering.decide(decideRequest),
+      cluster: Effect.suspend(() => work(remoteId).Decide({ id: Crypto.randomUUID(), request: decideRequest })),
+      direct: Effect.suspend(() => clients.serveDecision(ownerSink, { id: Crypto.randomUUID(), request: decideRequest }))
+    }
+    const timed = (route: Effect.Effect<DecideResult, unknown>) =>
+      Effect.gen(function*() {
+        const times: Array<number> = []
+        const cpu = process.cpuUsage()
+        for (let i = 0; i < TURNS; i++) {
+          const start = performance.now()
+          yield* Effect.orDie(route)
+          times.push(performance.now() - start)
+        }
+        const used = process.cpuUsage(cpu)
+        return `${median(times).toFixed(3)} ms, CPU ${((used.user + used.system) / TURNS).toFixed(0)} µs`
+      })
+    yield* timed(routes.cluster)
+    yield* timed(routes.direct)
+    for (let round = 1; round <= ROUNDS; round++) {
+      const line = []
+      for (const [name, route] of Object.entries(routes)) line.push(`${name} ${yield* timed(route)}`)
+      console.log(`round ${round}: decision ${line.join("; ")}`)
+    }
+  })
+
 const program = Effect.gen(function*() {
   const dir = yield* Effect.acquireRelease(
     Effect.sync(() => Fs.mkdtempSync(Path.join(Os.tmpdir(), "ngpath-"))),
@@ -158,6 +213,7 @@ const program = Effect.gen(function*() {
     })
 
   if (process.env.IDLE_SECONDS !== undefined) return yield* idle(Number(process.env.IDLE_SECONDS))
+  if (REMOTE && process.env.DECISIONS === "1") return yield* decisions(context, dir)
   // Warm: the entities started, and (remote) the load answers naming the owner's sink.
   yield* timed(routing)
   yield* Effect.sleep("3 seconds")
