@@ -137,20 +137,17 @@ export const layerSink = (
       const deliver = (turn: string, chunks: ReadonlyArray<TurnChunk>) => inboxes.get(turn)?.(chunks) ?? Effect.succeed(false)
       const turns = yield* TurnServer
       let directTurns = 0
+      /** A request sent straight to this runner, counted as it arrives. */
+      const counted = <P, A, E>(serve: (payload: P) => Effect.Effect<A, E>) => (payload: P) =>
+        Effect.suspend(() => {
+          directTurns++
+          return serve(payload)
+        })
       const handlers = ChunkRpcs.toLayer({
         Push: ({ chunks, turn }) => deliver(turn, chunks),
-        Serve: (turn) => Effect.suspend(() => {
-          directTurns++
-          return turns.serve(turn)
-        }),
-        ServeOneOff: (oneOff) => Effect.suspend(() => {
-          directTurns++
-          return turns.serveOneOff(oneOff)
-        }),
-        ServeDecision: (decision) => Effect.suspend(() => {
-          directTurns++
-          return turns.serveDecision(decision)
-        })
+        Serve: counted(turns.serve),
+        ServeOneOff: counted(turns.serveOneOff),
+        ServeDecision: counted(turns.serveDecision)
       })
       const server = yield* Layer.build(layerSocketServer(sinkListenAddress(listen, port)))
       // No spans on either end (nothing here records them): a call costs ~15% less CPU without
