@@ -82,6 +82,9 @@ const describe = (error: RpcClientError): string => {
 /** The server interrupted the request (it is shutting down): not the caller's interruption. */
 const serverInterrupted = "the server interrupted the request (it is shutting down)"
 
+/** The client's own scope closed while the request ran: its calls end, and their readers are told. */
+const clientClosed = "the client was closed while the request ran"
+
 /** Turns an interruption that came from the server into a failure; the caller's own interruption stays one. */
 const failInterruption = <E>(onInterrupt: () => E) => <A, E1, R>(self: Effect.Effect<A, E1, R>): Effect.Effect<A, E1 | E, R> =>
   Effect.catchAllCause(self, (cause): Effect.Effect<never, E1 | E> =>
@@ -105,9 +108,18 @@ const unreachable = (socketPath: string, reason: string): Readiness => ({
 /** How long a generation's call is left to end on the server after its Done before it is interrupted. */
 const afterDoneTimeout = Duration.seconds(30)
 
-/** The Provider over a client of `socketPath`. */
-const makeProvider = (client: NativegenClient, socketPath: string, clientScope: Scope.Scope): Provider["Type"] => {
+/**
+ * The Provider over a client of `socketPath` that lives in `clientScope`; `closing` says once that
+ * scope is closing (its calls then end interrupted: they fail naming that, not the server).
+ */
+const makeProvider = (
+  client: NativegenClient,
+  socketPath: string,
+  clientScope: Scope.Scope,
+  closing: () => boolean
+): Provider["Type"] => {
   const unavailable = (reason: string) => new EngineUnavailable({ reason: `remote server ${socketPath}: ${reason}` })
+  const interrupted = () => closing() ? clientClosed : serverInterrupted
   const toProviderError = (error: ProviderError | RpcLayerError | RpcClientError): ProviderError => {
     switch (error._tag) {
       case "MessageTooLarge":
@@ -151,7 +163,7 @@ const makeProvider = (client: NativegenClient, socketPath: string, clientScope: 
       () => Effect.zipRight(Effect.forEach([...finishing], Deferred.await, { discard: true }), self)
     )
   const call = <A>(self: Effect.Effect<A, ProviderError | RpcLayerError | RpcClientError>) =>
-    afterFinishing(self).pipe(Effect.mapError(toProviderError), failInterruption(() => unavailable(serverInterrupted)))
+    afterFinishing(self).pipe(Effect.mapError(toProviderError), failInterruption(() => unavailable(interrupted())))
 
   const reasonOf = (cause: Cause.Cause<RpcLayerError | RpcClientError>): string => {
     const failure = Cause.failureOption(cause)
@@ -183,11 +195,14 @@ const makeProvider = (client: NativegenClient, socketPath: string, clientScope: 
     generate: (request) =>
       Stream.unwrapScoped(Effect.gen(function*() {
         let delivered = 0
-        // The request's call lives in a scope of its own under the client's. The stream ends at
-        // Done (the last chunk): the caller has its answer while the server still releases what
-        // the request held, and the call is left to end there (its Exit is read in the background)
-        // instead of being interrupted. A stream that ends before Done interrupts the call.
-        const call = yield* Scope.fork(clientScope, ExecutionStrategy.sequential)
+        // The request's call lives in a scope of its own. The stream ends at Done (the last chunk):
+        // the caller has its answer while the server still releases what the request held, and the
+        // call is left to end there (its Exit is read in the background, in the client's scope)
+        // instead of being interrupted. A stream that ends before Done interrupts the call. Not a
+        // child of the client's scope: closing that ends the call through the RPC client, which
+        // fails the call's chunks for its reader (closing the call's scope first would leave the
+        // reader waiting for chunks that never come).
+        const call = yield* Scope.make(ExecutionStrategy.sequential)
         let answered = false
         const chunks = yield* Scope.extend(client.Generate(request, { asMailbox: true }), call)
         yield* Effect.addFinalizer(() =>
@@ -230,8 +245,8 @@ const makeProvider = (client: NativegenClient, socketPath: string, clientScope: 
           ),
           failStreamInterruption(() =>
             delivered > 0
-              ? new GenerationFailed({ deliveredTokens: delivered, reason: `remote server ${socketPath}: ${serverInterrupted}` })
-              : unavailable(serverInterrupted)
+              ? new GenerationFailed({ deliveredTokens: delivered, reason: `remote server ${socketPath}: ${interrupted()}` })
+              : unavailable(interrupted())
           )
         )
       })),
@@ -327,7 +342,12 @@ export const make = (options: ClientOptions) =>
 
 /** Provider and RemoteStore over the server on `options.socketPath`. */
 export const layer = (options: ClientOptions): Layer.Layer<Provider | RemoteStore, ConnectError> =>
-  Layer.scopedContext(Effect.map(Effect.zip(make(options), Effect.scope), ([{ client, socketPath }, scope]) =>
-    Context.make(Provider, makeProvider(client, socketPath, scope)).pipe(
+  Layer.scopedContext(Effect.gen(function*() {
+    const { client, socketPath } = yield* make(options)
+    // Added after the RPC client's own finalizer, so it runs first (finalizers run in reverse): set when that one ends the calls in flight.
+    let closing = false
+    yield* Effect.addFinalizer(() => Effect.sync(() => void (closing = true)))
+    return Context.make(Provider, makeProvider(client, socketPath, yield* Effect.scope, () => closing)).pipe(
       Context.add(RemoteStore, makeRemoteStore(client, socketPath))
-    )))
+    )
+  }))

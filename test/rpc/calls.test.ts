@@ -180,6 +180,27 @@ describe("RPC calls", () => {
       assert.include(error.reason, socketPath)
     }))
 
+  it.scoped("a client closed while its generation streams: the reader fails with GenerationFailed, and the server stops the generation", () =>
+    Effect.gen(function*() {
+      const { control, socketPath } = yield* serve()
+      const clientScope = yield* Scope.make()
+      const { provider } = yield* Scope.extend(connect(socketPath), clientScope)
+      const received = yield* Deferred.make<void>()
+      const fiber = yield* provider.generate({ messages: [], maxTokens: 100 }).pipe(
+        Stream.runForEach(() => Deferred.succeed(received, undefined)),
+        Effect.fork
+      )
+      const generation = yield* Queue.take(control.generations)
+      yield* generation.offer(text("x", [5, 6]))
+      yield* Deferred.await(received)
+      yield* Scope.close(clientScope, Exit.void)
+      const error = yield* Effect.flip(Fiber.join(fiber))
+      assert.instanceOf(error, GenerationFailed)
+      assert.strictEqual(error.deliveredTokens, 2)
+      assert.include(error.reason, "the client was closed")
+      assert.isTrue(Exit.isInterrupted(yield* Deferred.await(generation.ended)))
+    }))
+
   it.scoped("an EngineUnavailable from the Provider arrives as itself", () =>
     Effect.gen(function*() {
       const { control, socketPath } = yield* serve()
