@@ -20,7 +20,22 @@ import { EngineUnavailable, GenerationFailed } from "../../src/domain/EngineErro
 import { QueueFull } from "../../src/services/ProviderError.js"
 import { connect as rawConnect, request } from "./support/RawClient.js"
 import { connect, serve } from "./support/serve.js"
-import { done, readiness, text } from "./support/TestProvider.js"
+import { done, readiness, type TestProviderControl, text } from "./support/TestProvider.js"
+import type { Provider } from "../../src/services/Provider.js"
+
+/** A generation read in the background, once its first chunk (two tokens) has reached the reader. */
+const oneChunkIn = (provider: Provider["Type"], control: TestProviderControl) =>
+  Effect.gen(function*() {
+    const received = yield* Deferred.make<void>()
+    const fiber = yield* provider.generate({ messages: [], maxTokens: 100 }).pipe(
+      Stream.runForEach(() => Deferred.succeed(received, undefined)),
+      Effect.fork
+    )
+    const generation = yield* Queue.take(control.generations)
+    yield* generation.offer(text("x", [5, 6]))
+    yield* Deferred.await(received)
+    return { fiber, generation }
+  })
 
 describe("RPC calls", () => {
   it.scoped("generate streams each chunk as the Provider produces it, and ends with Done", () =>
@@ -163,14 +178,7 @@ describe("RPC calls", () => {
       const serverScope = yield* Scope.make()
       const { control, socketPath } = yield* Scope.extend(serve(), serverScope)
       const { provider } = yield* connect(socketPath)
-      const received = yield* Deferred.make<void>()
-      const fiber = yield* provider.generate({ messages: [], maxTokens: 100 }).pipe(
-        Stream.runForEach(() => Deferred.succeed(received, undefined)),
-        Effect.fork
-      )
-      const generation = yield* Queue.take(control.generations)
-      yield* generation.offer(text("x", [5, 6]))
-      yield* Deferred.await(received)
+      const { fiber, generation } = yield* oneChunkIn(provider, control)
       yield* Scope.close(serverScope, Exit.void)
       assert.isTrue(Exit.isInterrupted(yield* Deferred.await(generation.ended)))
       assert.isFalse(Fs.existsSync(socketPath))
@@ -185,14 +193,7 @@ describe("RPC calls", () => {
       const { control, socketPath } = yield* serve()
       const clientScope = yield* Scope.make()
       const { provider } = yield* Scope.extend(connect(socketPath), clientScope)
-      const received = yield* Deferred.make<void>()
-      const fiber = yield* provider.generate({ messages: [], maxTokens: 100 }).pipe(
-        Stream.runForEach(() => Deferred.succeed(received, undefined)),
-        Effect.fork
-      )
-      const generation = yield* Queue.take(control.generations)
-      yield* generation.offer(text("x", [5, 6]))
-      yield* Deferred.await(received)
+      const { fiber, generation } = yield* oneChunkIn(provider, control)
       yield* Scope.close(clientScope, Exit.void)
       const error = yield* Effect.flip(Fiber.join(fiber))
       assert.instanceOf(error, GenerationFailed)
