@@ -344,7 +344,8 @@ export const make = (options: ClientOptions) =>
 export const layer = (options: ClientOptions): Layer.Layer<Provider | RemoteStore, ConnectError> =>
   Layer.scopedContext(Effect.gen(function*() {
     const { client, socketPath } = yield* make(options)
-    // Added after the RPC client's own finalizer, so it runs first (finalizers run in reverse): set when that one ends the calls in flight.
+    // Set as the client closes, before the RPC client's own finalizer ends the calls in flight
+    // (added after it, so it runs first).
     let closing = false
     yield* Effect.addFinalizer(() => Effect.sync(() => void (closing = true)))
     return Context.make(Provider, makeProvider(client, socketPath, yield* Effect.scope, () => closing)).pipe(
