@@ -22,6 +22,10 @@
  *
  * A runner that stops lets its turns in flight end before the entities close (Drain.ts); each
  * entity then hands its conversation over (its KV to its state file) as it closes.
+ *
+ * A turn sent straight to this runner runs on an active entity in process (ActiveConversations),
+ * not through Sharding: the entity orders such turns with Sharding's (one at a time), lets the one
+ * it runs end before it hands over, and refuses any that reach it once closed (NotOwner).
  */
 import * as Entity from "@effect/cluster/Entity"
 import * as EntityId from "@effect/cluster/EntityId"
@@ -38,7 +42,8 @@ import { recordingReply } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
-import { pushTo, TurnEnd, SinkClients } from "./ChunkChannel.js"
+import { ActiveConversations } from "./ActiveConversations.js"
+import { NotOwner, pushTo, TurnEnd, SinkClients } from "./ChunkChannel.js"
 import type { CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
@@ -74,11 +79,20 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
       const wire = options.wire ?? {}
       const provider = yield* Provider
       const placement = yield* Placement
+      // Turns run one at a time, whether Sharding delivered them or they came straight to this
+      // runner (ActiveConversations): Sharding's own ordering covers only the former.
+      const oneAtATime = yield* Effect.makeSemaphore(1)
+      let closed = false
       // When the entity leaves this runner (its shard moves, or the runner drains), after its last
       // turn: the conversation's KV goes to its state file, for the next owner to restore.
       const conversations = yield* Conversations
       const { entityId } = yield* Entity.CurrentAddress
-      yield* Effect.addFinalizer(() => conversations.handOver(entityId))
+      yield* Effect.addFinalizer(() =>
+        oneAtATime.withPermits(1)(Effect.suspend(() => {
+          closed = true
+          return conversations.handOver(entityId)
+        }))
+      )
       // Where the conversation is served, recorded once per activation of the entity (in the
       // background), not per turn: while the entity lives here no other runner serves the
       // conversation (its shard would have moved, which closes the entity), and a turn's start is
@@ -87,6 +101,7 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
       const transcripts = yield* Transcripts
       const drain = yield* Drain
       const pusher = yield* SinkClients
+      const active = yield* ActiveConversations
 
       /**
        * A turn computed from `messages` (its history and the new turn), whose Done chunk goes out
@@ -124,11 +139,20 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
           Stream.catchTag("InvalidCheckpoint", (refused) => recompute(conversation, request, refused))
         )
 
+      const run = (payload: { readonly turn: string; readonly request: GenerateRequest; readonly sink: RunnerAddress }) =>
+        drain.track(Stream.suspend(() => turn(entityId, payload.request).pipe(stamp(payload.turn)))).pipe(
+          pushTo(pusher, payload.sink, payload.turn, `conversation ${entityId}`, wire)
+        )
+      // Registered after the hand-over's finalizer, so it leaves the registry before that runs.
+      yield* active.register(
+        entityId,
+        (payload) =>
+          oneAtATime.withPermits(1)(Effect.suspend((): Effect.Effect<TurnEnd, ProviderError | NotOwner> =>
+            closed ? Effect.fail(new NotOwner({ conversation: entityId })) : run(payload)
+          ))
+      )
       return {
-        Turn: ({ address, payload }) =>
-          drain.track(Stream.suspend(() => turn(address.entityId, payload.request).pipe(stamp(payload.turn)))).pipe(
-            pushTo(pusher, payload.sink, payload.turn, `conversation ${address.entityId}`, wire)
-          )
+        Turn: ({ payload }) => oneAtATime.withPermits(1)(run(payload))
       }
     }),
     { maxIdleTime: options.maxIdleTime ?? "10 minutes", concurrency: 1 }

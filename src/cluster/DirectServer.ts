@@ -4,8 +4,9 @@
  * entity without a socket), so what the entities guarantee still holds:
  *
  * - A conversation's turn runs through its conversation entity, if this runner holds the
- *   conversation's shard: its turns stay in order, and its KV is handed over when the entity
- *   closes. A runner that does not hold the shard (the entry's view was stale) answers NotOwner,
+ *   conversation's shard: on the entity in process where it is active (ActiveConversations), else
+ *   through Sharding, which starts it. Either way its turns stay in order, and its KV is handed
+ *   over when the entity closes. A runner that does not hold the shard (the entry's view was stale) answers NotOwner,
  *   and the entry sends the turn through the cluster.
  * - A one-off generation or a decision runs through the work entity of a shard this runner holds
  *   (it counts in the runner's load answers as served for another, as one sent through the cluster
@@ -15,17 +16,19 @@ import { Sharding } from "@effect/cluster/Sharding"
 import * as ShardId from "@effect/cluster/ShardId"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
+import { ActiveConversations } from "./ActiveConversations.js"
 import { NotOwner, TurnServer } from "./ChunkChannel.js"
 import { Conversation, conversationShard } from "./ConversationEntity.js"
 import { refusedAsProviderErrors } from "./RoutingProvider.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
 /** The TurnServer of a runner whose shard groups have `shards` shards. */
-export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding> =>
+export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding | ActiveConversations> =>
   Layer.effect(
     TurnServer,
     Effect.gen(function*() {
       const sharding = yield* Sharding
+      const active = yield* ActiveConversations
       const conversationFor = yield* Conversation.client
       const workFor = yield* Work.client
       const workIds = idsByShard(sharding, shards)
@@ -34,7 +37,10 @@ export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding> 
       return TurnServer.of({
         serve: ({ conversation, request, sink, turn }) => {
           if (!sharding.hasShardId(conversationShard(sharding, conversation))) return Effect.fail(new NotOwner({ conversation }))
-          return conversationFor(conversation).Turn({ turn, request, sink }).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
+          const onEntity = active.lookup(conversation)
+          return onEntity !== undefined
+            ? onEntity({ turn, request, sink })
+            : conversationFor(conversation).Turn({ turn, request, sink }).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
         },
         serveOneOff: ({ request, sink, turn }) => {
           const id = heldWorkId()

@@ -31,6 +31,7 @@ import * as Option from "effect/Option"
 import type { KeyedTurns } from "../http/KeyedConversations.js"
 import type { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
+import * as ActiveConversations from "./ActiveConversations.js"
 import * as ChunkChannel from "./ChunkChannel.js"
 import * as ConversationEntity from "./ConversationEntity.js"
 import * as Drain from "./Drain.js"
@@ -150,6 +151,8 @@ export const layer = (
       // The sink also takes turns and one-offs sent straight to this runner (DirectServer.ts).
       Layer.provide(DirectServer.layer(settings.shards))
     )),
+    // The conversation entities active here, for the turns sent straight to this runner.
+    Layer.provide(ActiveConversations.layer),
     Layer.provideMerge(drain),
     Layer.provideMerge(layerSharding(settings)),
     Layer.mapError(Storage.withCause),
