@@ -1,8 +1,9 @@
 /**
  * The Provider the public servers get on a runner: the local Provider, except that a generation
  * of a conversation (its `conversation`, else its checkpoint's) runs as a turn of that
- * conversation's entity, on whichever runner holds it (this one included). Clients see the same
- * Provider as on a single server.
+ * conversation's entity, on whichever runner holds it (this one included: on its entity in
+ * process where it is active, ActiveConversations). Clients see the same Provider as on a single
+ * server.
  *
  * Exactly once: each turn gets an id, and its chunks must arrive as one unbroken stream (index
  * 0, 1, 2, ... with `seq` counting the tokens before each). @effect/cluster re-sends a volatile
@@ -35,6 +36,7 @@ import type { GenerateChunk, GenerateRequest, PrepareRequest } from "../domain/I
 import { observeChunks } from "../internal/ChunkTap.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
+import { ActiveConversations } from "./ActiveConversations.js"
 import { type NotOwner, receive, SinkClients, type SinkUnreachable, TurnSink } from "./ChunkChannel.js"
 import { Loads } from "./Load.js"
 import { Conversation, conversationShard } from "./ConversationEntity.js"
@@ -220,6 +222,7 @@ export const make = Effect.gen(function*() {
   const clients = yield* SinkClients
   const loads = yield* Loads
   const sharding = yield* Sharding
+  const active = yield* ActiveConversations
 
   /**
    * The sink of the runner that holds `conversation`'s shard, as the last load answers name it;
@@ -239,7 +242,12 @@ export const make = Effect.gen(function*() {
       owner: ownerOf(conversation),
       direct: (owner, turn) => receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at })),
       viaCluster: (turn) =>
-        receive(sink, turn, (at) => clientFor(conversation).Turn({ turn, request, sink: at }).pipe(refusedAsProviderErrors(`conversation ${conversation}`)))
+        receive(sink, turn, (at) => {
+          const delivered = clientFor(conversation).Turn({ turn, request, sink: at }).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
+          // A conversation whose entity is active here runs on it in process (as a direct turn does on its owner).
+          const onEntity = sharding.hasShardId(conversationShard(sharding, conversation)) ? active.lookup(conversation) : undefined
+          return onEntity === undefined ? delivered : onEntity({ turn, request, sink: at }).pipe(Effect.catchTag("NotOwner", () => delivered))
+        })
     })
   }
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
@@ -250,4 +258,4 @@ export const make = Effect.gen(function*() {
 })
 
 /** Replaces the Provider in context with the routing one. */
-export const layer: Layer.Layer<Provider, never, Provider | Sharding | TurnSink | SinkClients | Loads> = Layer.effect(Provider, make)
+export const layer: Layer.Layer<Provider, never, Provider | Sharding | TurnSink | SinkClients | Loads | ActiveConversations> = Layer.effect(Provider, make)
