@@ -16,10 +16,10 @@ import { Sharding } from "@effect/cluster/Sharding"
 import * as ShardId from "@effect/cluster/ShardId"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
-import { ActiveConversations } from "./ActiveConversations.js"
+import type { ActiveConversations } from "./ActiveConversations.js"
 import { NotOwner, TurnServer } from "./ChunkChannel.js"
-import { Conversation, conversationShard } from "./ConversationEntity.js"
-import { refusedAsProviderErrors } from "./RoutingProvider.js"
+import { conversationShard } from "./ConversationEntity.js"
+import { entityTurns, refusedAsProviderErrors } from "./RoutingProvider.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
 /** The TurnServer of a runner whose shard groups have `shards` shards. */
@@ -28,8 +28,7 @@ export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding |
     TurnServer,
     Effect.gen(function*() {
       const sharding = yield* Sharding
-      const active = yield* ActiveConversations
-      const conversationFor = yield* Conversation.client
+      const onEntity = yield* entityTurns
       const workFor = yield* Work.client
       const workIds = idsByShard(sharding, shards)
       /** The work entity id of a shard this runner holds, if any. */
@@ -37,10 +36,7 @@ export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding |
       return TurnServer.of({
         serve: ({ conversation, request, sink, turn }) => {
           if (!sharding.hasShardId(conversationShard(sharding, conversation))) return Effect.fail(new NotOwner({ conversation }))
-          const onEntity = active.lookup(conversation)
-          return onEntity !== undefined
-            ? onEntity({ turn, request, sink })
-            : conversationFor(conversation).Turn({ turn, request, sink }).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
+          return onEntity(conversation, { turn, request, sink })
         },
         serveOneOff: ({ request, sink, turn }) => {
           const id = heldWorkId()

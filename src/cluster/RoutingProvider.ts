@@ -214,15 +214,32 @@ export const routedTurn = (what: string, routes: TurnRoutes): Stream.Stream<Gene
   return attempt(0, true)
 }
 
+/**
+ * How this runner runs a turn of a conversation on its entity, its chunks pushed to `sink`: in
+ * process where the entity is active here (ActiveConversations), else, or where it refuses (it
+ * closed: its shard moved), through Sharding, which starts the entity or sends the turn to the
+ * runner that holds it. For the entry's own conversations (below) and the turns other runners send
+ * straight to this one (DirectServer.ts).
+ */
+export const entityTurns = Effect.gen(function*() {
+  const clientFor = yield* Conversation.client
+  const sharding = yield* Sharding
+  const active = yield* ActiveConversations
+  return (conversation: string, payload: { readonly turn: string; readonly request: GenerateRequest; readonly sink: RunnerAddress }) => {
+    const delivered = clientFor(conversation).Turn(payload).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
+    const onEntity = sharding.hasShardId(conversationShard(sharding, conversation)) ? active.lookup(conversation) : undefined
+    return onEntity === undefined ? delivered : onEntity(payload).pipe(Effect.catchTag("NotOwner", () => delivered))
+  }
+})
+
 /** The routing Provider over the local one (the Provider in context) and the Sharding of this runner. */
 export const make = Effect.gen(function*() {
   const local = yield* Provider
-  const clientFor = yield* Conversation.client
   const sink = yield* TurnSink
   const clients = yield* SinkClients
   const loads = yield* Loads
   const sharding = yield* Sharding
-  const active = yield* ActiveConversations
+  const onEntity = yield* entityTurns
 
   /**
    * The sink of the runner that holds `conversation`'s shard, as the last load answers name it;
@@ -241,13 +258,7 @@ export const make = Effect.gen(function*() {
     return routedTurn(`conversation ${conversation}`, {
       owner: ownerOf(conversation),
       direct: (owner, turn) => receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at })),
-      viaCluster: (turn) =>
-        receive(sink, turn, (at) => {
-          const delivered = clientFor(conversation).Turn({ turn, request, sink: at }).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
-          // A conversation whose entity is active here runs on it in process (as a direct turn does on its owner).
-          const onEntity = sharding.hasShardId(conversationShard(sharding, conversation)) ? active.lookup(conversation) : undefined
-          return onEntity === undefined ? delivered : onEntity({ turn, request, sink: at }).pipe(Effect.catchTag("NotOwner", () => delivered))
-        })
+      viaCluster: (turn) => receive(sink, turn, (at) => onEntity(conversation, { turn, request, sink: at }))
     })
   }
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
