@@ -69,10 +69,11 @@ describe("Provider scheduling", () => {
         const submittedAt = received
         const decision = yield* provider.decide({ prompt: "is the sea calm?", heads: [{ name: "calm", labels: ["yes", "no"] }] })
         const during = received - submittedAt
+        // The generation had not finished when the decision was answered: it ran between its steps.
+        const generationAtAnswer = yield* Fiber.poll(generation)
         const chunks = yield* Fiber.join(generation)
         assert.strictEqual(decision.heads[0]!.labels.length, 2)
-        // The generation had not finished: the decision ran between its steps.
-        assert.isBelow(received - during, 400)
+        assert.isTrue(generationAtAnswer._tag === "None", "the generation was still running at the decision's answer")
         // It did not wait for the generation's end: it was answered while tokens were still to come.
         // (How many tokens arrive meanwhile is not bounded here: the child decodes ahead of a busy
         // host and sends what is ready in one message. The step order itself, a decision at the next
