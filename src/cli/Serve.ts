@@ -53,13 +53,6 @@ export const defaultThreads = (parallelism: number = Os.availableParallelism()):
 
 const backends = ["auto", "cpu", "cuda", "vulkan", "metal"] as const
 
-const positive = (name: string, env: string, description: string) =>
-  Options.integer(name).pipe(
-    Options.withDescription(`${description} (env ${env})`),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.integer(env)))
-  )
-
 /** Where the store is and which keys it trusts: `serve` and the `store` commands (working directly) share them. */
 export const storeFlags = {
   storeRoot: Options.text("store-root").pipe(
@@ -107,38 +100,46 @@ export const options = {
     Options.withDefault("auto" as const),
     Options.withFallbackConfig(Config.literal(...backends)("NATIVEGEN_BACKEND"))
   ),
-  generationContext: positive(
-    "generation-context",
+  generationContext: Flags.fromEnv(
+    Options.integer("generation-context"),
     "NATIVEGEN_ADMISSION_GENERATION_CONTEXT_CAP",
-    `Context cap of the generation model in tokens (default ${Admission.AdmissionConfig.defaults.contextCap.generation})`
+    Config.integer,
+    "Context cap of the generation model in tokens",
+    String(Admission.AdmissionConfig.defaults.contextCap.generation)
   ),
-  decisionContext: positive(
-    "decision-context",
+  decisionContext: Flags.fromEnv(
+    Options.integer("decision-context"),
     "NATIVEGEN_ADMISSION_DECISION_CONTEXT_CAP",
-    `Context cap of the decision model in tokens (default ${Admission.AdmissionConfig.defaults.contextCap.decision})`
+    Config.integer,
+    "Context cap of the decision model in tokens",
+    String(Admission.AdmissionConfig.defaults.contextCap.decision)
   ),
-  slots: positive(
-    "slots",
+  slots: Flags.fromEnv(
+    Options.integer("slots"),
     "NATIVEGEN_SLOTS",
-    `Conversations kept in the generation context at once (default ${Scheduler.SchedulerConfig.defaults.slots})`
+    Config.integer,
+    "Conversations kept in the generation context at once",
+    String(Scheduler.SchedulerConfig.defaults.slots)
   ),
-  http: Options.text("http").pipe(
-    Options.withDescription(
-      "Also serve OpenAI's and Ollama's HTTP APIs on HOST:PORT, [IPv6]:PORT, PORT (on 127.0.0.1) or a Unix socket path " +
-        "(env NATIVEGEN_HTTP; off unless given). Limits: NATIVEGEN_HTTP_* (see the README)"
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_HTTP")))
+  http: Flags.fromEnv(
+    Options.text("http"),
+    "NATIVEGEN_HTTP",
+    Config.string,
+    "Also serve OpenAI's and Ollama's HTTP APIs on HOST:PORT, [IPv6]:PORT, PORT (on 127.0.0.1) or a Unix socket path; " +
+      "limits: NATIVEGEN_HTTP_* (see the README)",
+    "off"
   ),
-  apiKey: Options.redacted("api-key").pipe(
-    Options.withDescription("Key every HTTP request must present as `Authorization: Bearer <key>` (env NATIVEGEN_API_KEY)"),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.redacted("NATIVEGEN_API_KEY")))
+  apiKey: Flags.fromEnv(
+    Options.redacted("api-key"),
+    "NATIVEGEN_API_KEY",
+    (name) => Config.redacted(name),
+    "Key every HTTP request must present as `Authorization: Bearer <key>`"
   ),
-  apiKeyFile: Options.text("api-key-file").pipe(
-    Options.withDescription("File holding the HTTP API key, trimmed (env NATIVEGEN_API_KEY_FILE); keeps it out of `ps` and the shell history"),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_API_KEY_FILE")))
+  apiKeyFile: Flags.fromEnv(
+    Options.text("api-key-file"),
+    "NATIVEGEN_API_KEY_FILE",
+    Config.string,
+    "File holding the HTTP API key, trimmed; keeps it out of `ps` and the shell history"
   ),
   ...ClusterOptions.options
 }

@@ -14,6 +14,7 @@ import * as Option from "effect/Option"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { CliUsageError } from "../cli/CliError.js"
+import * as Flags from "../cli/Flags.js"
 import { parseListen } from "../http/HttpConfig.js"
 import type { RunnerSettings } from "./Runner.js"
 import * as Storage from "./StorageSpec.js"
@@ -29,62 +30,58 @@ export const defaults = { detection: Duration.seconds(3), shards: 60 } as const
 export const maxHoldMillis = 100
 
 export const options = {
-  cluster: Options.text("cluster").pipe(
-    Options.withDescription(
-      "Run as a cluster runner reachable by the other runners at HOST:PORT or a Unix socket path (env NATIVEGEN_CLUSTER; " +
-        "off unless given). Conversations are served by the runner that holds them; see docs/cluster.md"
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER")))
+  cluster: Flags.fromEnv(
+    Options.text("cluster"),
+    "NATIVEGEN_CLUSTER",
+    Config.string,
+    "Run as a cluster runner reachable by the other runners at HOST:PORT or a Unix socket path; conversations are " +
+      "served by the runner that holds them (see docs/cluster.md)",
+    "off"
   ),
-  clusterStorage: Options.text("cluster-storage").pipe(
-    Options.withDescription(
-      `Runner storage shared by all runners: a SQLite file (one host) or a postgres:// URL (env NATIVEGEN_CLUSTER_STORAGE; ` +
-        `default ${defaultStorage()})`
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER_STORAGE")))
+  clusterStorage: Flags.fromEnv(
+    Options.text("cluster-storage"),
+    "NATIVEGEN_CLUSTER_STORAGE",
+    Config.string,
+    "Runner storage shared by all runners: a SQLite file (one host) or a postgres:// URL",
+    defaultStorage()
   ),
-  clusterDetection: Options.integer("cluster-detection").pipe(
-    Options.withDescription(
-      `Seconds within which a dead runner is noticed and its shards freed (env NATIVEGEN_CLUSTER_DETECTION; default ` +
-        `${Duration.toSeconds(defaults.detection)})`
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_DETECTION")))
+  clusterDetection: Flags.fromEnv(
+    Options.integer("cluster-detection"),
+    "NATIVEGEN_CLUSTER_DETECTION",
+    Config.integer,
+    "Seconds within which a dead runner is noticed and its shards freed",
+    String(Duration.toSeconds(defaults.detection))
   ),
-  clusterConversations: Options.text("cluster-conversations").pipe(
-    Options.withDescription(
-      "Directory of conversation state files shared by all runners (env NATIVEGEN_CLUSTER_CONVERSATIONS; default: this " +
-        "runner's own, under its store): a conversation whose shard moves to another runner is saved there and restored by " +
-        "the new owner instead of recomputed"
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.string("NATIVEGEN_CLUSTER_CONVERSATIONS")))
+  clusterConversations: Flags.fromEnv(
+    Options.text("cluster-conversations"),
+    "NATIVEGEN_CLUSTER_CONVERSATIONS",
+    Config.string,
+    "Directory of conversation state files shared by all runners: a conversation whose shard moves to another runner " +
+      "is saved there and restored by the new owner instead of recomputed",
+    "this runner's own, under its store"
   ),
-  clusterHold: Options.integer("cluster-hold").pipe(
-    Options.withDescription(
-      "Milliseconds a runner serving a stream for another runner holds its chunks after the first, to send them in fewer " +
-        "messages (env NATIVEGEN_CLUSTER_HOLD; default 0: the first chunk goes at once, then each message carries what is ready)"
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_HOLD")))
+  clusterHold: Flags.fromEnv(
+    Options.integer("cluster-hold"),
+    "NATIVEGEN_CLUSTER_HOLD",
+    Config.integer,
+    "Milliseconds a runner serving a stream for another runner holds its chunks after the first, to send them in fewer " +
+      "messages",
+    "0: the first chunk goes at once, then each message carries what is ready"
   ),
-  clusterSinkPort: Options.integer("cluster-sink-port").pipe(
-    Options.withDescription(
-      "TCP port where this runner takes the turn chunks and direct turns of the other runners (env " +
-        "NATIVEGEN_CLUSTER_SINK_PORT; TCP --cluster only; default 0: a free port, named in every turn): fix it where a " +
-        "firewall must let it through"
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_SINK_PORT")))
+  clusterSinkPort: Flags.fromEnv(
+    Options.integer("cluster-sink-port"),
+    "NATIVEGEN_CLUSTER_SINK_PORT",
+    Config.integer,
+    "TCP port where this runner takes the turn chunks and direct turns of the other runners (TCP --cluster only): fix " +
+      "it where a firewall must let it through",
+    "0, a free port named in every turn"
   ),
-  clusterShards: Options.integer("cluster-shards").pipe(
-    Options.withDescription(
-      `Shards the conversations are spread over; the same on every runner (env NATIVEGEN_CLUSTER_SHARDS; default ${defaults.shards})`
-    ),
-    Options.optional,
-    Options.withFallbackConfig(Config.option(Config.integer("NATIVEGEN_CLUSTER_SHARDS")))
+  clusterShards: Flags.fromEnv(
+    Options.integer("cluster-shards"),
+    "NATIVEGEN_CLUSTER_SHARDS",
+    Config.integer,
+    "Shards the conversations are spread over; the same on every runner",
+    String(defaults.shards)
   )
 }
 
