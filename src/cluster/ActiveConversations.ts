@@ -13,13 +13,11 @@ import * as Context from "effect/Context"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import type * as Scope from "effect/Scope"
-import type { RunnerAddress } from "@effect/cluster/RunnerAddress"
-import type { GenerateRequest } from "../domain/Inference.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import type { NotOwner, TurnEnd } from "./ChunkChannel.js"
+import type { NotOwner, TurnEnd, TurnPayload } from "./ChunkChannel.js"
 
 /** A turn of an active conversation: its chunks pushed to `sink`, as the entity's `Turn` does. */
-export type ActiveTurn = (turn: { readonly turn: string; readonly request: GenerateRequest; readonly sink: RunnerAddress }) => Effect.Effect<
+export type ActiveTurn = (turn: TurnPayload) => Effect.Effect<
   TurnEnd,
   ProviderError | NotOwner
 >

@@ -49,7 +49,7 @@ import { EngineUnavailable } from "../domain/EngineError.js"
 import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inference.js"
 import { ProviderError } from "../services/ProviderError.js"
 import { coalesce, type CoalesceOptions } from "./Coalesce.js"
-import { TurnChunk } from "./TurnChunk.js"
+import { TurnChunk, TurnResume } from "./TurnChunk.js"
 import { formatAddress, isUnix, layerSocketServer, openSocket } from "./Transport.js"
 
 /** What the owner answers a turn with once its chunks are all pushed: how many (the entry checks it received them all). */
@@ -62,18 +62,30 @@ export type TurnEnd = typeof TurnEnd.Type
  */
 export class NotOwner extends Schema.TaggedError<NotOwner>()("NotOwner", { conversation: Schema.optional(Schema.String) }) {}
 
-/** A turn sent straight to the runner that holds its conversation (`Serve`), its chunks pushed to `sink`. */
-export const DirectTurn = Schema.Struct({
-  conversation: Schema.String,
+/**
+ * A turn sent to the runner that serves it (a conversation's turn, or a one-off): its id, its
+ * request, the entry's sink its chunks are pushed to, and, where it resumes after its runner was
+ * lost, what the entry already delivered (TurnChunk.ts).
+ */
+export const TurnPayload = Schema.Struct({
   turn: Schema.String,
   request: GenerateRequest,
-  sink: RunnerAddress
+  sink: RunnerAddress,
+  resume: Schema.optional(TurnResume)
 })
+export type TurnPayload = typeof TurnPayload.Type
+
+/** A turn's payload; `resume` where it resumes. */
+export const payload = (turn: string, request: GenerateRequest, sink: RunnerAddress, resume: TurnResume | undefined): TurnPayload =>
+  resume === undefined ? { turn, request, sink } : { turn, request, sink, resume }
+
+/** A turn sent straight to the runner that holds its conversation (`Serve`), its chunks pushed to `sink`. */
+export const DirectTurn = Schema.Struct({ conversation: Schema.String, ...TurnPayload.fields })
 export type DirectTurn = typeof DirectTurn.Type
 
 /** A one-off generation sent straight to the runner the entry chose by load (`ServeOneOff`), its chunks pushed to `sink`. */
-export const DirectOneOff = Schema.Struct({ turn: Schema.String, request: GenerateRequest, sink: RunnerAddress })
-export type DirectOneOff = typeof DirectOneOff.Type
+export const DirectOneOff = TurnPayload
+export type DirectOneOff = TurnPayload
 
 /** A decision sent straight to the runner the entry chose by load (`ServeDecision`): request-response, no chunks. */
 export const DirectDecision = Schema.Struct({ id: Schema.String, request: DecideRequest })
@@ -187,13 +199,13 @@ export const layerSink = (
     })
   )
 
-/** A push could not reach the entry runner's sink (the entry is gone, or its connection broke). */
+/** A runner's sink could not be reached: a push to the entry's, or a direct turn to the owner's (the runner is gone, or its connection broke). */
 export class SinkUnreachable extends Data.TaggedError("SinkUnreachable")<{
   readonly sink: string
   readonly reason: string
 }> {
   override get message() {
-    return `the entry runner's sink at ${this.sink} cannot be reached: ${this.reason}`
+    return `the runner sink at ${this.sink} cannot be reached: ${this.reason}`
   }
 }
 

@@ -34,26 +34,24 @@ import type * as ShardId from "@effect/cluster/ShardId"
 import * as Rpc from "@effect/rpc/Rpc"
 import type * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
-import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import { type ChatMessage, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
 import { recordingReply } from "../http/KeyedConversations.js"
 import { Conversations } from "../services/Conversations.js"
 import { Provider } from "../services/Provider.js"
 import { type InvalidCheckpoint, ProviderError } from "../services/ProviderError.js"
 import { ActiveConversations } from "./ActiveConversations.js"
-import { NotOwner, pushTo, TurnEnd, SinkClients } from "./ChunkChannel.js"
+import { NotOwner, pushTo, SinkClients, TurnEnd, TurnPayload } from "./ChunkChannel.js"
 import type { CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import { Placement } from "./Placement.js"
 import { Transcripts } from "./Transcripts.js"
-import { stamp } from "./TurnChunk.js"
+import { stampResumed } from "./TurnChunk.js"
 
 export const Conversation = Entity.make("Conversation", [
   /** A turn: its chunks are pushed to `sink` (the entry's, ChunkChannel) while it runs; it answers when they all are. */
   Rpc.make("Turn", {
-    payload: { turn: Schema.String, request: GenerateRequest, sink: RunnerAddress },
+    payload: TurnPayload,
     success: TurnEnd,
     error: ProviderError
   })
@@ -139,8 +137,8 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
           Stream.catchTag("InvalidCheckpoint", (refused) => recompute(conversation, request, refused))
         )
 
-      const run = (payload: { readonly turn: string; readonly request: GenerateRequest; readonly sink: RunnerAddress }) =>
-        drain.track(Stream.suspend(() => turn(entityId, payload.request).pipe(stamp(payload.turn)))).pipe(
+      const run = (payload: TurnPayload) =>
+        drain.track(Stream.suspend(() => turn(entityId, payload.request).pipe(stampResumed(payload.turn, payload.resume)))).pipe(
           pushTo(pusher, payload.sink, payload.turn, `conversation ${entityId}`, wire)
         )
       // Registered after the hand-over's finalizer, so it leaves the registry before that runs.

@@ -34,14 +34,14 @@ export const layer = (shards: number): Layer.Layer<TurnServer, never, Sharding |
       /** The work entity id of a shard this runner holds, if any. */
       const heldWorkId = () => workIds.find((_, i) => sharding.hasShardId(ShardId.make("default", i + 1)))
       return TurnServer.of({
-        serve: ({ conversation, request, sink, turn }) => {
+        serve: ({ conversation, ...turn }) => {
           if (!sharding.hasShardId(conversationShard(sharding, conversation))) return Effect.fail(new NotOwner({ conversation }))
-          return onEntity(conversation, { turn, request, sink })
+          return onEntity(conversation, turn)
         },
-        serveOneOff: ({ request, sink, turn }) => {
+        serveOneOff: (oneOff) => {
           const id = heldWorkId()
           if (id === undefined) return Effect.fail(new NotOwner({}))
-          return workFor(id).Generate({ turn, request, sink }).pipe(refusedAsProviderErrors("a one-off generation"))
+          return workFor(id).Generate(oneOff).pipe(refusedAsProviderErrors("a one-off generation"))
         },
         serveDecision: (decision) => {
           const id = heldWorkId()

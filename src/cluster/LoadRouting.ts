@@ -30,10 +30,10 @@ import type { DecideRequest, GenerateChunk, GenerateRequest } from "../domain/In
 import { tapChunks } from "../internal/ChunkTap.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
-import { receive, SinkClients, TurnSink } from "./ChunkChannel.js"
+import { payload, receive, SinkClients, TurnSink } from "./ChunkChannel.js"
 import { Loads, pending, type RunnerLoad } from "./Load.js"
 import { conversationOf, refusedAsProviderErrors, routedDecision, routedTurn } from "./RoutingProvider.js"
-import type { TurnChunk } from "./TurnChunk.js"
+import { resumable, type TurnChunk } from "./TurnChunk.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
 /** What this runner knows of another runner's load sooner than its answers, by request id. */
@@ -151,10 +151,10 @@ export const make = (shards: number) =>
         const what = `a one-off generation sent to ${to.address}`
         return routedTurn(what, {
           owner: Effect.succeed(to.sink),
-          direct: (at, turn) => counted(turn, receive(sink, turn, (own) => clients.serveOneOff(at, { turn, request, sink: own }))),
-          viaCluster: (turn) =>
-            counted(turn, receive(sink, turn, (own) => clientFor(to.id).Generate({ turn, request, sink: own }).pipe(refusedAsProviderErrors(what))))
-        })
+          direct: (at, turn, resume) => counted(turn, receive(sink, turn, (own) => clients.serveOneOff(at, payload(turn, request, own, resume)))),
+          viaCluster: (turn, resume) =>
+            counted(turn, receive(sink, turn, (own) => clientFor(to.id).Generate(payload(turn, request, own, resume)).pipe(refusedAsProviderErrors(what))))
+        }, resumable(request))
       }))
     }
 

@@ -27,6 +27,7 @@ import { isSocketError } from "@effect/platform/Socket"
 import * as Cause from "effect/Cause"
 import * as Channel from "effect/Channel"
 import * as Chunk from "effect/Chunk"
+import * as Data from "effect/Data"
 import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Stream from "effect/Stream"
@@ -37,10 +38,10 @@ import { observeChunks } from "../internal/ChunkTap.js"
 import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { ActiveConversations } from "./ActiveConversations.js"
-import { type NotOwner, receive, SinkClients, type SinkUnreachable, TurnSink } from "./ChunkChannel.js"
+import { type NotOwner, payload, receive, SinkClients, type SinkUnreachable, type TurnPayload, TurnSink } from "./ChunkChannel.js"
 import { Loads } from "./Load.js"
 import { Conversation, conversationShard } from "./ConversationEntity.js"
-import { tokenCount, type TurnChunk } from "./TurnChunk.js"
+import { resumable, tokenCount, type TurnChunk, type TurnResume } from "./TurnChunk.js"
 import { Preparation } from "./PreparationEntity.js"
 
 /** The conversation a request belongs to: its id, or its checkpoint's. */
@@ -48,30 +49,38 @@ export const conversationOf = (request: GenerateRequest): string | undefined =>
   request.conversation ?? request.checkpoint?.conversation
 
 /**
- * Passes a turn's chunks on while they continue the stream exactly (same turn, next index, next
- * seq); fails with `GenerationFailed` at the first that does not. The stream ends with its Done chunk.
+ * The cluster started a turn again on another runner (its runner was lost, and @effect/cluster
+ * re-sent the volatile request): a chunk came out of order after `deliveredTokens` tokens.
  */
-export const exactlyOnce = (what: string, turn: string) =>
-<E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Stream.Stream<GenerateChunk, E | GenerationFailed, R> =>
+export class TurnRestarted extends Data.TaggedError("TurnRestarted")<{
+  readonly deliveredTokens: number
+  readonly detail: string
+}> {}
+
+/**
+ * Passes a turn's chunks on while they continue the stream exactly (same turn, next index, next
+ * seq, from `from`: where a resumed turn starts); fails with TurnRestarted at the first that does
+ * not. The stream ends with its Done chunk.
+ */
+export const exactlyOnce = (turn: string, from: { readonly index: number; readonly seq: number } = { index: 0, seq: 0 }) =>
+<E, R>(chunks: Stream.Stream<TurnChunk, E, R>): Stream.Stream<GenerateChunk, E | TurnRestarted, R> =>
   Stream.suspend(() => {
-    let index = 0
-    let seq = 0
+    let index = from.index
+    let seq = from.seq
     // One channel, one check per batch (no stream per batch): the valid part of a batch is
     // delivered, then the failure; after Done the turn is whole, and the upstream is not read
     // again (whatever a restart sends after it is not passed on).
-    const checked: Channel.Channel<Chunk.Chunk<GenerateChunk>, Chunk.Chunk<TurnChunk>, E | GenerationFailed, E, unknown, unknown> =
+    const checked: Channel.Channel<Chunk.Chunk<GenerateChunk>, Chunk.Chunk<TurnChunk>, E | TurnRestarted, E, unknown, unknown> =
       Channel.readWithCause({
         onInput: (batch: Chunk.Chunk<TurnChunk>) => {
           const out: Array<GenerateChunk> = []
           let done = false
-          let failure: GenerationFailed | undefined
+          let failure: TurnRestarted | undefined
           for (const c of batch) {
             if (c.turn !== turn || c.index !== index || c.seq !== seq) {
-              failure = new GenerationFailed({
+              failure = new TurnRestarted({
                 deliveredTokens: seq,
-                reason: `${what}: the runner serving turn ${turn} was lost, and the cluster ` +
-                  `started the turn again (chunk ${c.index} at token ${c.seq} of turn ${c.turn} came after chunk ` +
-                  `${index - 1}); the turn was stopped, not re-run`
+                detail: `chunk ${c.index} at token ${c.seq} of turn ${c.turn} came after chunk ${index - 1}`
               })
               break
             }
@@ -134,9 +143,13 @@ export interface TurnRoutes {
   /** The sink of the runner that holds the conversation, as the loads name it; none where this runner holds it or it is not known. */
   readonly owner: Effect.Effect<RunnerAddress | undefined>
   /** Straight to the owner's sink (its runner refuses with NotOwner where the shard moved). */
-  readonly direct: (owner: RunnerAddress, turn: string) => Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable>
+  readonly direct: (
+    owner: RunnerAddress,
+    turn: string,
+    resume: TurnResume | undefined
+  ) => Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable>
   /** Through the conversation's entity, wherever the cluster places it (its refusals as the runtime's errors: `refusedAsProviderErrors`). */
-  readonly viaCluster: (turn: string) => Stream.Stream<TurnChunk, ProviderError>
+  readonly viaCluster: (turn: string, resume: TurnResume | undefined) => Stream.Stream<TurnChunk, ProviderError>
 }
 
 /**
@@ -154,64 +167,66 @@ export const routedDecision = <A>(
 
 /**
  * A turn (of a conversation, or a one-off: `what` names it in errors) with the entry's rules:
- * straight to its runner where the loads name one, else through its entity. A direct turn that its runner refuses (NotOwner: the
- * shard moved) or that cannot reach it before any chunk goes through the entity instead; one lost
- * after chunks were delivered fails with GenerationFailed. A turn whose runner was lost before
- * any chunk is sent again (a new turn id), at most `lostTurnRetries` times.
+ * straight to its runner where the loads name one, else through its entity. A direct turn that
+ * its runner refuses (NotOwner: the shard moved) or that cannot reach it before any chunk goes
+ * through the entity instead. A turn whose runner was lost before any chunk is sent again (a new
+ * turn id); one lost after chunks were delivered is resumed through the cluster where it `resumes`
+ * (TurnChunk.resumable: its next runner runs it again and sends on only what follows them, TurnChunk.stampResumed),
+ * else it fails with GenerationFailed naming the delivered tokens. Either way at most
+ * `lostTurnRetries` more tries.
  */
-export const routedTurn = (what: string, routes: TurnRoutes): Stream.Stream<GenerateChunk, ProviderError> => {
-  const attempt = (tries: number, direct: boolean): Stream.Stream<GenerateChunk, ProviderError> =>
+export const routedTurn = (what: string, routes: TurnRoutes, resumes = false): Stream.Stream<GenerateChunk, ProviderError> => {
+  const attempt = (tries: number, direct: boolean, resume: TurnResume | undefined): Stream.Stream<GenerateChunk, ProviderError> =>
     Stream.unwrap(Effect.gen(function*() {
       const owner = direct ? yield* routes.owner : undefined
       const turn = Crypto.randomUUID()
-      let chunks = 0
-      let delivered = 0
+      let chunks = resume?.chunks ?? 0
+      const tokens: Array<number> = [...(resume?.tokens ?? [])]
       const sent: Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable> = owner === undefined
-        ? routes.viaCluster(turn)
-        : routes.direct(owner, turn)
+        ? routes.viaCluster(turn, resume)
+        : routes.direct(owner, turn, resume)
+      /** The runner serving the turn was lost (`how`): sent again, resumed, or failed, by what was delivered. */
+      const lost = (how: string): Stream.Stream<GenerateChunk, ProviderError> => {
+        if (chunks === 0) {
+          // Nothing delivered: sent again, to the shard's next owner.
+          return tries < lostTurnRetries
+            ? attempt(tries + 1, false, undefined)
+            : Stream.fail(new EngineUnavailable({ reason: `${what}: its runner was lost ${tries + 1} times before the turn began` }))
+        }
+        if (resumes && tries < lostTurnRetries) {
+          return Stream.unwrap(Effect.as(
+            Effect.logInfo(`${what}: the runner serving turn ${turn} was lost after ${tokens.length} tokens (${how}); resumed`),
+            attempt(tries + 1, false, { chunks, tokens: [...tokens] })
+          ))
+        }
+        return Stream.fail(new GenerationFailed({
+          deliveredTokens: tokens.length,
+          reason: `${what}: the runner serving turn ${turn} was lost after ${tokens.length} tokens (${how}); ` +
+            (resumes ? `resumed ${tries} times, not again` : "the turn was stopped, not re-run")
+        }))
+      }
       return sent.pipe(
-        exactlyOnce(what, turn),
+        exactlyOnce(turn, { index: chunks, seq: tokens.length }),
         observeChunks((batch) => {
           for (const chunk of batch) {
             chunks++
-            delivered += tokenCount(chunk)
+            if (chunk._tag !== "Done") tokens.push(...chunk.tokens)
           }
         }),
         Stream.catchTags({
           // Before any chunk (its owner checks the shard first): through the entity instead.
-          NotOwner: () => attempt(tries, false),
-          SinkUnreachable: (e) =>
-            chunks === 0
-              ? attempt(tries, false)
-              : Stream.fail(new GenerationFailed({
-                deliveredTokens: delivered,
-                reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens ` +
-                  `(${e.message}); the turn was stopped, not re-run`
-              }))
+          NotOwner: () => attempt(tries, false, resume),
+          SinkUnreachable: (e) => chunks === (resume?.chunks ?? 0) ? attempt(tries, false, resume) : lost(e.message),
+          TurnRestarted: (e) => lost(`the cluster started it again: ${e.detail}`)
         }),
-        Stream.catchAllCause((cause) => {
+        Stream.catchAllCause((cause) =>
           // Our own interruption is not caught here; an interruption that ends the turn's stream
           // is the cluster dropping the runner that served it (its connection is closed).
-          if (!runnerLost(cause)) return Stream.failCause(cause)
-          if (chunks > 0) {
-            return Stream.fail(new GenerationFailed({
-              deliveredTokens: delivered,
-              reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens; ` +
-                `the turn was stopped, not re-run`
-            }))
-          }
-          // Lost before anything was delivered: sent again, to the shard's next owner.
-          return tries < lostTurnRetries
-            ? attempt(tries + 1, false)
-            : Stream.fail(
-              new EngineUnavailable({
-                reason: `${what}: its runner was lost ${tries + 1} times before the turn began`
-              })
-            )
-        })
+          runnerLost(cause) ? lost("its connection was closed") : Stream.failCause(cause)
+        )
       )
     }))
-  return attempt(0, true)
+  return attempt(0, true, undefined)
 }
 
 /**
@@ -225,7 +240,7 @@ export const entityTurns = Effect.gen(function*() {
   const clientFor = yield* Conversation.client
   const sharding = yield* Sharding
   const active = yield* ActiveConversations
-  return (conversation: string, payload: { readonly turn: string; readonly request: GenerateRequest; readonly sink: RunnerAddress }) => {
+  return (conversation: string, payload: TurnPayload) => {
     const delivered = clientFor(conversation).Turn(payload).pipe(refusedAsProviderErrors(`conversation ${conversation}`))
     const onEntity = sharding.hasShardId(conversationShard(sharding, conversation)) ? active.lookup(conversation) : undefined
     return onEntity === undefined ? delivered : onEntity(payload).pipe(Effect.catchTag("NotOwner", () => delivered))
@@ -257,9 +272,9 @@ export const make = Effect.gen(function*() {
     if (conversation === undefined) return local.generate(request)
     return routedTurn(`conversation ${conversation}`, {
       owner: ownerOf(conversation),
-      direct: (owner, turn) => receive(sink, turn, (at) => clients.serve(owner, { conversation, turn, request, sink: at })),
-      viaCluster: (turn) => receive(sink, turn, (at) => onEntity(conversation, { turn, request, sink: at }))
-    })
+      direct: (owner, turn, resume) => receive(sink, turn, (at) => clients.serve(owner, { conversation, ...payload(turn, request, at, resume) })),
+      viaCluster: (turn, resume) => receive(sink, turn, (at) => onEntity(conversation, payload(turn, request, at, resume)))
+    }, resumable(request))
   }
   // A preparation runs where the conversation's turns will (PreparationEntity.ts).
   const preparationFor = yield* Preparation.client

@@ -18,11 +18,11 @@ import * as Effect from "effect/Effect"
 import * as Layer from "effect/Layer"
 import * as Schema from "effect/Schema"
 import * as Stream from "effect/Stream"
-import { DecideRequest, DecideResult, GenerateRequest } from "../domain/Inference.js"
+import { DecideRequest, DecideResult } from "../domain/Inference.js"
 import { Provider } from "../services/Provider.js"
 import { ProviderError } from "../services/ProviderError.js"
-import { pushTo, TurnEnd, SinkClients, TurnSink } from "./ChunkChannel.js"
-import { stamp } from "./TurnChunk.js"
+import { pushTo, SinkClients, TurnEnd, TurnPayload, TurnSink } from "./ChunkChannel.js"
+import { stampResumed } from "./TurnChunk.js"
 import type { CoalesceOptions } from "./Coalesce.js"
 import { Drain } from "./Drain.js"
 import * as Load from "./Load.js"
@@ -31,7 +31,7 @@ import { Loads, RunnerLoad } from "./Load.js"
 export const Work = Entity.make("Work", [
   /** A one-off generation: its chunks are pushed to `sink` (the entry's, ChunkChannel); it answers when they all are. */
   Rpc.make("Generate", {
-    payload: { turn: Schema.String, request: GenerateRequest, sink: RunnerAddress },
+    payload: TurnPayload,
     success: TurnEnd,
     error: ProviderError
   }),
@@ -72,7 +72,7 @@ export const layer = (wire: CoalesceOptions = {}) => Work.toLayer(
     const pusher = yield* SinkClients
     return {
       Generate: ({ payload }) =>
-        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stamp(payload.turn))))).pipe(
+        drain.track(Stream.unwrapScoped(Effect.as(loads.serving("generations", payload.turn), provider.generate(payload.request).pipe(stampResumed(payload.turn, payload.resume))))).pipe(
           pushTo(pusher, payload.sink, payload.turn, "a one-off generation", wire)
         ),
       Decide: ({ payload }) => Effect.scoped(Effect.zipRight(loads.serving("decisions", payload.id), provider.decide(payload.request))),

@@ -2,8 +2,10 @@
  * The entry runner's exactly-once check on a turn's stream (RoutingProvider.exactlyOnce), over
  * all inputs: an unbroken stream passes through unchanged and in its batches; a stream that the
  * cluster restarted (a lost runner's turn re-sent to the shard's next owner, starting again from
- * chunk 0) ends with `GenerationFailed` naming the tokens delivered, with no chunk delivered twice;
- * a restart after the Done chunk is not passed on. A turn's stream that ends interrupted, or with
+ * chunk 0) ends with `TurnRestarted` naming the tokens delivered (the entry then resumes it or
+ * fails it), with no chunk delivered twice; a restart after the Done chunk is not passed on. A
+ * resumed turn (TurnChunk.stampResumed: run again, the delivered chunks checked and dropped) gives
+ * exactly the rest of the turn; a re-run that differs from what was delivered fails, sending nothing. A turn's stream that ends interrupted, or with
  * the runner connection's socket error alone, is a lost runner's turn; any other end is passed on.
  */
 import { SocketGenericError } from "@effect/platform/Socket"
@@ -15,7 +17,7 @@ import * as Effect from "effect/Effect"
 import * as Either from "effect/Either"
 import * as Stream from "effect/Stream"
 import * as fc from "effect/FastCheck"
-import { stamp, tokenCount, type TurnChunk } from "../../src/cluster/TurnChunk.js"
+import { stamp, stampResumed, tokenCount, type TurnChunk } from "../../src/cluster/TurnChunk.js"
 import { exactlyOnce, runnerLost } from "../../src/cluster/RoutingProvider.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 import { done, text } from "./chunks.js"
@@ -46,12 +48,12 @@ describe("exactly-once turns", () => {
   it.effect.prop("an unbroken turn passes through unchanged", [turnChunks, batchSizes], ([chunks, sizes]) =>
     Effect.gen(function*() {
       const turn = yield* stamped("t1", chunks)
-      const out = yield* Stream.runCollect(batched(turn, sizes).pipe(exactlyOnce("c", "t1")))
+      const out = yield* Stream.runCollect(batched(turn, sizes).pipe(exactlyOnce("t1")))
       assert.deepStrictEqual(Chunk.toArray(out), [...chunks])
     }), { fastCheck: { numRuns: 40 } })
 
   it.effect.prop(
-    "a turn restarted by the cluster fails with GenerationFailed after the chunks before the restart, none twice (before any: served whole)",
+    "a turn restarted by the cluster fails with TurnRestarted after the chunks before the restart, none twice (before any: served whole)",
     [turnChunks, fc.nat(), batchSizes],
     ([chunks, cut, sizes]) =>
       Effect.gen(function*() {
@@ -61,7 +63,7 @@ describe("exactly-once turns", () => {
         const restarted: ReadonlyArray<TurnChunk> = [...turn.slice(0, delivered), ...turn]
         const seen: Array<GenerateChunk> = []
         const result = yield* batched(restarted, sizes).pipe(
-          exactlyOnce("c", "t1"),
+          exactlyOnce("t1"),
           Stream.runForEach((chunk) => Effect.sync(() => seen.push(chunk))),
           Effect.either
         )
@@ -74,10 +76,10 @@ describe("exactly-once turns", () => {
         assert.deepStrictEqual(seen, chunks.slice(0, delivered), "only the chunks before the restart, once each")
         assert.isTrue(Either.isLeft(result))
         if (Either.isLeft(result)) {
-          assert.strictEqual(result.left._tag, "GenerationFailed")
+          assert.strictEqual(result.left._tag, "TurnRestarted")
           const tokens = chunks.slice(0, delivered).reduce((n, c) => n + tokenCount(c), 0)
           assert.strictEqual(result.left.deliveredTokens, tokens)
-          assert.include(result.left.reason, "not re-run")
+          assert.include(result.left.detail, `came after chunk ${delivered - 1}`)
         }
       }),
     { fastCheck: { numRuns: 40 } }
@@ -86,7 +88,7 @@ describe("exactly-once turns", () => {
   it.effect.prop("a restart after Done is not passed on: the turn ends whole", [turnChunks, batchSizes], ([chunks, sizes]) =>
     Effect.gen(function*() {
       const turn = yield* stamped("t1", chunks)
-      const out = yield* Stream.runCollect(batched([...turn, ...turn], sizes).pipe(exactlyOnce("c", "t1")))
+      const out = yield* Stream.runCollect(batched([...turn, ...turn], sizes).pipe(exactlyOnce("t1")))
       assert.deepStrictEqual(Chunk.toArray(out), [...chunks])
     }), { fastCheck: { numRuns: 40 } })
 
@@ -95,15 +97,63 @@ describe("exactly-once turns", () => {
       const turn = yield* stamped("t1", [text([1, 2]), text([3]), done])
       const other = yield* stamped("t2", [text([1, 2])])
       const foreign = yield* Stream.fromIterable([turn[0]!, { ...other[0]!, index: 1, seq: 2 }]).pipe(
-        exactlyOnce("c", "t1"),
+        exactlyOnce("t1"),
         Stream.runCollect,
         Effect.flip
       )
       assert.strictEqual(foreign.deliveredTokens, 2)
-      const gap = yield* Stream.fromIterable([turn[0]!, turn[2]!]).pipe(exactlyOnce("c", "t1"), Stream.runCollect, Effect.flip)
-      assert.strictEqual(gap._tag, "GenerationFailed")
+      const gap = yield* Stream.fromIterable([turn[0]!, turn[2]!]).pipe(exactlyOnce("t1"), Stream.runCollect, Effect.flip)
+      assert.strictEqual(gap._tag, "TurnRestarted")
       assert.strictEqual(gap.deliveredTokens, 2)
     }))
+})
+
+describe("resumed turns (TurnChunk.stampResumed)", () => {
+  /** What an entry delivered of `chunks` before their runner was lost: the first `count` chunks and their tokens. */
+  const deliveredOf = (chunks: ReadonlyArray<GenerateChunk>, count: number) => ({
+    chunks: count,
+    tokens: chunks.slice(0, count).flatMap((c) => (c._tag === "Done" ? [] : c.tokens))
+  })
+
+  it.effect.prop(
+    "a re-run that repeats the turn gives exactly the chunks after the delivered ones, numbered on",
+    [turnChunks, fc.nat(), batchSizes],
+    ([chunks, cut, sizes]) =>
+      Effect.gen(function*() {
+        const resume = deliveredOf(chunks, cut % chunks.length)
+        const rerun = Chunk.toArray(yield* Stream.runCollect(batched([...chunks], sizes).pipe(stampResumed("t2", resume))))
+        assert.deepStrictEqual(rerun.map((c) => c.chunk), chunks.slice(resume.chunks))
+        const rest = yield* Stream.runCollect(Stream.fromIterable(rerun).pipe(exactlyOnce("t2", { index: resume.chunks, seq: resume.tokens.length })))
+        assert.deepStrictEqual([...chunks.slice(0, resume.chunks), ...Chunk.toArray(rest)], [...chunks], "delivered + resumed = the turn, once")
+      }),
+    { fastCheck: { numRuns: 60 } }
+  )
+
+  it.effect.prop(
+    "a re-run that differs (a token, a chunk boundary, an early end) fails naming the delivered tokens, and sends nothing",
+    [turnChunks.filter((c) => c.length > 2 && c.some((x) => x._tag !== "Done" && x.tokens.length > 0)), fc.nat(), fc.constantFrom("token", "boundary", "end")],
+    ([chunks, cut, change]) =>
+      Effect.gen(function*() {
+        const withTokens = chunks.flatMap((c, i) => (c._tag !== "Done" && c.tokens.length > 0 ? [i] : []))
+        const changed = withTokens[cut % withTokens.length]!
+        const resume = deliveredOf(chunks, changed + 1)
+        const rerun: Array<GenerateChunk> = chunks.map((c, i) => {
+          if (i !== changed || c._tag === "Done") return c
+          if (change === "token") return text([c.tokens[0]! + 1, ...c.tokens.slice(1)])
+          return change === "boundary" ? text(c.tokens.slice(1)) : done
+        })
+        const sent: Array<TurnChunk> = []
+        const failure = yield* Stream.fromIterable(rerun).pipe(
+          stampResumed("t2", resume),
+          Stream.runForEach((c) => Effect.sync(() => sent.push(c))),
+          Effect.flip
+        )
+        assert.strictEqual(failure._tag, "GenerationFailed")
+        assert.strictEqual(failure.deliveredTokens, resume.tokens.length)
+        assert.deepStrictEqual(sent, [])
+      }),
+    { fastCheck: { numRuns: 60 } }
+  )
 })
 
 describe("a lost runner's turn (RoutingProvider.runnerLost)", () => {

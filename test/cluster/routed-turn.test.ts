@@ -3,8 +3,10 @@
  * streams of stamped chunks: a turn goes straight to the owner the loads name, else through the
  * entity; a direct turn refused with NotOwner (the entry's view of the shards was stale), or whose
  * owner cannot be reached before any chunk, is served through the entity, whole; one cut after
- * chunks were delivered fails with GenerationFailed naming them and is not sent again; a turn
- * whose runner was lost before any chunk is sent again, a bounded number of times. And a decision's
+ * chunks were delivered fails with GenerationFailed naming them and is not sent again, unless it
+ * is resumable: then it is sent through the cluster with what was delivered, and the client gets
+ * the rest, once; a turn whose runner was lost before any chunk is sent again; both a bounded
+ * number of times. And a decision's
  * (RoutingProvider.routedDecision): straight to its runner, through the cluster where that runner
  * refuses or cannot be reached; its own failures are not sent again.
  */
@@ -18,7 +20,7 @@ import * as Stream from "effect/Stream"
 import { NotOwner, SinkUnreachable } from "../../src/cluster/ChunkChannel.js"
 import { lostTurnRetries, routedDecision, routedTurn, type TurnRoutes } from "../../src/cluster/RoutingProvider.js"
 import { InvalidRequest } from "../../src/services/ProviderError.js"
-import { stamp } from "../../src/cluster/TurnChunk.js"
+import { stamp, stampResumed, type TurnResume } from "../../src/cluster/TurnChunk.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 import { failureOf } from "../support/generation.js"
 import { done, text } from "./chunks.js"
@@ -43,8 +45,9 @@ const recorded = (routes: {
     taken,
     routes: {
       owner: Effect.succeed(routes.owner),
-      direct: (at: RunnerAddress, turn: string) => Stream.suspend(() => (taken.push("direct"), direct(at, turn))),
-      viaCluster: (turn: string) => Stream.suspend(() => (taken.push("cluster"), viaCluster(turn)))
+      direct: (at: RunnerAddress, turn: string, resume: TurnResume | undefined) =>
+        Stream.suspend(() => (taken.push("direct"), direct(at, turn, resume))),
+      viaCluster: (turn: string, resume: TurnResume | undefined) => Stream.suspend(() => (taken.push("cluster"), viaCluster(turn, resume)))
     } satisfies TurnRoutes
   }
 }
@@ -106,6 +109,61 @@ describe("the entry's route for a turn", () => {
       const failure = yield* failureOf(run(never.routes))
       assert.strictEqual(failure._tag, "EngineUnavailable")
       assert.strictEqual(never.taken.length, lostTurnRetries + 1)
+    }))
+})
+
+describe("the entry's route for a resumable turn (greedy or seeded)", () => {
+  /** The first `count` chunks of `served` stamped for `turn`, then `end` (the runner lost). */
+  const cutAfter = <E>(count: number, turn: string, end: Stream.Stream<never, E>) =>
+    Stream.concat(Stream.fromIterable(served.slice(0, count)).pipe(stamp(turn)), end)
+  /** A runner that runs the turn again from its start and sends on what follows `resume`. */
+  const rerun = (turn: string, resume: TurnResume | undefined) => Stream.fromIterable(served).pipe(stampResumed(turn, resume))
+
+  it.effect("lost after chunks (unreachable, connection closed, or restarted by the cluster): resumed through the cluster with what was delivered; the client gets the turn once", () =>
+    Effect.gen(function*() {
+      const unreachable = new SinkUnreachable({ sink: owner.host, reason: "connection refused" })
+      const ends = [
+        (turn: string) => cutAfter(2, turn, Stream.fail(unreachable)),
+        (turn: string) => cutAfter(2, turn, Stream.failCause(Cause.interrupt(FiberId.none))),
+        // The cluster re-sent the same turn to the shard's next owner: chunk 0 again after chunk 1.
+        (turn: string) => Stream.concat(cutAfter(2, turn, Stream.empty), Stream.fromIterable(served).pipe(stamp(turn)))
+      ]
+      for (const end of ends) {
+        const resumes: Array<TurnResume | undefined> = []
+        const routes = recorded({
+          owner,
+          direct: (_, turn) => end(turn),
+          viaCluster: (turn, resume) => (resumes.push(resume), rerun(turn, resume))
+        })
+        const out = Chunk.toArray(yield* Stream.runCollect(routedTurn("c1", routes.routes, true)))
+        assert.deepStrictEqual(out, [...served])
+        assert.deepStrictEqual(routes.taken, ["direct", "cluster"])
+        assert.deepStrictEqual(resumes, [{ chunks: 2, tokens: [1, 2, 3] }])
+      }
+    }))
+
+  it.effect("a resumed turn lost again resumes from everything delivered so far; after lostTurnRetries resumptions, GenerationFailed", () =>
+    Effect.gen(function*() {
+      const lostAgain = Stream.failCause(Cause.interrupt(FiberId.none))
+      const resumes: Array<TurnResume | undefined> = []
+      // Each try delivers one more chunk, then its runner is lost.
+      const oneMore = recorded({
+        viaCluster: (turn, resume) => {
+          resumes.push(resume)
+          const from = resume?.chunks ?? 0
+          return from >= 2 ? rerun(turn, resume) : Stream.concat(rerun(turn, resume).pipe(Stream.take(1)), lostAgain)
+        }
+      })
+      assert.deepStrictEqual(Chunk.toArray(yield* Stream.runCollect(routedTurn("c1", oneMore.routes, true))), [...served])
+      assert.deepStrictEqual(resumes, [undefined, { chunks: 1, tokens: [1, 2] }, { chunks: 2, tokens: [1, 2, 3] }])
+
+      const delivered: Array<GenerateChunk> = []
+      const always = recorded({ viaCluster: (turn, resume) => resume === undefined ? cutAfter(1, turn, lostAgain) : Stream.concat(Stream.empty, lostAgain) })
+      const failure = yield* failureOf(Stream.runForEach(routedTurn("c1", always.routes, true), (c) => Effect.sync(() => delivered.push(c))))
+      assert.deepStrictEqual(delivered, served.slice(0, 1))
+      assert.strictEqual(failure._tag, "GenerationFailed")
+      assert.strictEqual(failure._tag === "GenerationFailed" ? failure.deliveredTokens : -1, 2)
+      assert.strictEqual(always.taken.length, lostTurnRetries + 1)
     }))
 })
 

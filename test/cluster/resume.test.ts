@@ -1,0 +1,61 @@
+/**
+ * A turn resumed after its runner's death, with real processes: two `nativegen serve --cluster`
+ * runners (Unix sockets, one SQLite runner storage, qwen-chat with one thread). A long seeded turn
+ * of a conversation r2 holds streams to its client through r1; after 100 tokens, r2 is
+ * SIGKILLed with its engine child. The turn is resumed: r1 takes r2's shards, runs the turn again
+ * from its start, checks its first chunks against what the client already has and sends on only
+ * the rest. The client's stream ends whole and unbroken, with exactly the tokens of the same turn
+ * run undisturbed, and no error.
+ */
+import { assert, describe, layer } from "@effect/vitest"
+import * as Effect from "effect/Effect"
+import * as Fiber from "effect/Fiber"
+import * as Layer from "effect/Layer"
+import * as Stream from "effect/Stream"
+import type { GenerateChunk } from "../../src/domain/Inference.js"
+import { idsOwnedBy, KillCluster, layer as clusterLayer, settled, viewLayer } from "./kill-support.js"
+import { collectFrom, doneOf, tokensOf } from "../support/generation.js"
+
+const cluster = Layer.provideMerge(viewLayer, clusterLayer({ names: ["r1", "r2"], shards: 6, detection: 3 }))
+
+/** Sampled hot over the whole vocabulary with a seed: long (the end of turn is as unlikely as any token), and the same each run. */
+const seeded = { maxTokens: 600, sampling: { temperature: 50, topK: 0, topP: 1, seed: 7 }, thinking: false } as const
+
+describe("a turn whose runner is SIGKILLed mid-stream", () => {
+  layer(cluster, { timeout: 300_000, excludeTestServices: true })("two runners on Unix sockets", (it) => {
+    it.scoped("a seeded turn is resumed on the next owner: the client's stream ends whole, the undisturbed run's tokens, none twice", () =>
+      Effect.gen(function*() {
+        const { members } = yield* KillCluster
+        const [r1, r2] = members
+        const snapshot = yield* settled(members)
+        const [reference] = yield* idsOwnedBy(snapshot, r1!, 1, "reference")
+        const [victim] = yield* idsOwnedBy(snapshot, r2!, 1, "resumed")
+        const messages = [{ role: "user" as const, content: "tell me a long story" }]
+        // The same turn undisturbed, on r1 (a conversation of its own).
+        const alone = yield* collectFrom(r1!.provider(), { messages, conversation: reference!, ...seeded })
+        assert.strictEqual(doneOf(alone).usage.generatedTokens, seeded.maxTokens)
+        const undisturbed = tokensOf(alone)
+
+        const midStream = yield* Effect.makeLatch(false)
+        const received: Array<GenerateChunk> = []
+        let atKill = 0
+        const turn = yield* r1!.provider().generate({ messages, conversation: victim!, ...seeded }).pipe(
+          Stream.runForEach((chunk) =>
+            Effect.suspend(() => (received.push(chunk), tokensOf(received).length >= 100 ? midStream.open : Effect.void))
+          ),
+          Effect.fork
+        )
+        yield* midStream.await
+        yield* r2!.kill
+        atKill = tokensOf(received).length
+        yield* Effect.logInfo(`resume: r2 killed, ${atKill} tokens delivered`)
+        yield* Fiber.join(turn)
+
+        assert.isAbove(atKill, 0)
+        assert.isBelow(atKill, undisturbed.length, "the kill came mid-stream")
+        assert.deepStrictEqual(tokensOf(received), undisturbed, "the whole turn, once, unchanged")
+        assert.strictEqual(doneOf(received).usage.generatedTokens, seeded.maxTokens)
+        assert.include(r1!.server()!.log(), "resumed", "r1 resumed the turn")
+      }), 240_000)
+  })
+})
