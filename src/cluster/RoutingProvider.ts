@@ -181,6 +181,8 @@ export const routedTurn = (what: string, routes: TurnRoutes, resumes = false): S
       const owner = direct ? yield* routes.owner : undefined
       const turn = Crypto.randomUUID()
       let chunks = resume?.chunks ?? 0
+      let delivered = resume?.tokens.length ?? 0
+      // The delivered tokens themselves are kept only where the turn may be resumed.
       const tokens: Array<number> = [...(resume?.tokens ?? [])]
       const sent: Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable> = owner === undefined
         ? routes.viaCluster(turn, resume)
@@ -195,22 +197,24 @@ export const routedTurn = (what: string, routes: TurnRoutes, resumes = false): S
         }
         if (resumes && tries < lostTurnRetries) {
           return Stream.unwrap(Effect.as(
-            Effect.logInfo(`${what}: the runner serving turn ${turn} was lost after ${tokens.length} tokens (${how}); resumed`),
+            Effect.logInfo(`${what}: the runner serving turn ${turn} was lost after ${delivered} tokens (${how}); resumed`),
             attempt(tries + 1, false, { chunks, tokens: [...tokens] })
           ))
         }
         return Stream.fail(new GenerationFailed({
-          deliveredTokens: tokens.length,
-          reason: `${what}: the runner serving turn ${turn} was lost after ${tokens.length} tokens (${how}); ` +
+          deliveredTokens: delivered,
+          reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens (${how}); ` +
             (resumes ? `resumed ${tries} times, not again` : "the turn was stopped, not re-run")
         }))
       }
       return sent.pipe(
-        exactlyOnce(turn, { index: chunks, seq: tokens.length }),
+        exactlyOnce(turn, { index: chunks, seq: delivered }),
         observeChunks((batch) => {
           for (const chunk of batch) {
             chunks++
-            if (chunk._tag !== "Done") tokens.push(...chunk.tokens)
+            if (chunk._tag === "Done") continue
+            delivered += chunk.tokens.length
+            if (resumes) tokens.push(...chunk.tokens)
           }
         }),
         Stream.catchTags({

@@ -7,6 +7,8 @@
  * decoding answers every chat with the same reply, so every delivered stream is checked token by
  * token against it (a served stream is the reply's first `generatedTokens` tokens, no more, no
  * fewer; a failed one delivered a prefix of it, as many tokens as its `GenerationFailed` says).
+ * Greedy turns are resumable: one whose runner dies after delivering tokens is resumed on the
+ * shard's next owner (RoutingProvider.routedTurn), so it ends served, and its whole stream is checked.
  * After each kill, a turn of a conversation the dead runner held is sent at once: the time to its
  * first chunk is the cluster's time to serve again; the time until another runner locks its shard
  * (read from the storage) is the detection, bounded by twice the detection time.
@@ -260,6 +262,7 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
           `${outcomes.length} requests (${outcomes.filter((o) => o.followUp).length} follow-ups): ` +
           [...byEnd].map(([end, n]) => `${end} ${n}`).join(", "),
           `probe turns (one after each kill): ${probes.map((p) => p).join(", ")}`,
+          `turns resumed after their runner was lost (r1's log): ${(r1.server()?.log().split("); resumed").length ?? 1) - 1}`,
           `recomputed or restored follow-ups served: ${outcomes.filter((o) => o.followUp && o.done !== undefined && o.done.usage.reuse !== "continuation").length}`,
           `served again after a kill (first chunk of a turn of the dead runner's shard): min ${Math.min(...served).toFixed(0)} ms, ` +
           `median ${median(served).toFixed(0)} ms, max ${Math.max(...served).toFixed(0)} ms (bound ${2 * DETECTION} s + ${SERVE_ALLOWANCE_MILLIS} ms for a CPU)`,
