@@ -187,13 +187,17 @@ export const layerSink = (
             Effect.gen(function*() {
               const inbox = yield* Mailbox.make<TurnChunk, E>(inboxCapacity)
               let received = 0
+              // A push answers false where its chunks were not all taken: the inbox was shut (the
+              // entry stopped reading), also while the push waited for room in it.
               inboxes.set(turn, (chunks) => {
                 received += chunks.length
-                return Effect.as(inbox.offerAll(chunks), true)
+                return Effect.map(inbox.offerAll(chunks), Chunk.isEmpty)
               })
               return { chunks: inbox, received: () => received }
             }),
-            () => Effect.sync(() => inboxes.delete(turn))
+            // Shut, not only forgotten: a push waiting for room in a full inbox is let go (its owner
+            // then stops the turn) instead of waiting for ever, holding its conversation's entity.
+            ({ chunks }) => Effect.zipRight(Effect.sync(() => inboxes.delete(turn)), chunks.shutdown)
           )
       })
     })

@@ -173,65 +173,73 @@ export const routedDecision = <A>(
  * turn id); one lost after chunks were delivered is resumed through the cluster where it `resumes`
  * (TurnChunk.resumable: its next runner runs it again and sends on only what follows them, TurnChunk.stampResumed),
  * else it fails with GenerationFailed naming the delivered tokens. Either way at most
- * `lostTurnRetries` more tries.
+ * `lostTurnRetries` tries after the first (re-sends and resumptions together; a fall-back from a
+ * direct try to the entity is not one).
  */
-export const routedTurn = (what: string, routes: TurnRoutes, resumes = false): Stream.Stream<GenerateChunk, ProviderError> => {
-  const attempt = (tries: number, direct: boolean, resume: TurnResume | undefined): Stream.Stream<GenerateChunk, ProviderError> =>
-    Stream.unwrap(Effect.gen(function*() {
-      const owner = direct ? yield* routes.owner : undefined
-      const turn = Crypto.randomUUID()
-      let chunks = resume?.chunks ?? 0
-      let delivered = resume?.tokens.length ?? 0
-      // The delivered tokens themselves are kept only where the turn may be resumed.
-      const tokens: Array<number> = [...(resume?.tokens ?? [])]
-      const sent: Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable> = owner === undefined
-        ? routes.viaCluster(turn, resume)
-        : routes.direct(owner, turn, resume)
-      /** The runner serving the turn was lost (`how`): sent again, resumed, or failed, by what was delivered. */
-      const lost = (how: string): Stream.Stream<GenerateChunk, ProviderError> => {
-        if (chunks === 0) {
-          // Nothing delivered: sent again, to the shard's next owner.
-          return tries < lostTurnRetries
-            ? attempt(tries + 1, false, undefined)
-            : Stream.fail(new EngineUnavailable({ reason: `${what}: its runner was lost ${tries + 1} times before the turn began` }))
-        }
-        if (resumes && tries < lostTurnRetries) {
-          return Stream.unwrap(Effect.as(
-            Effect.logInfo(`${what}: the runner serving turn ${turn} was lost after ${delivered} tokens (${how}); resumed`),
-            attempt(tries + 1, false, { chunks, tokens: [...tokens] })
-          ))
-        }
-        return Stream.fail(new GenerationFailed({
-          deliveredTokens: delivered,
-          reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens (${how}); ` +
-            (resumes ? `resumed ${tries} times, not again` : "the turn was stopped, not re-run")
-        }))
-      }
-      return sent.pipe(
-        exactlyOnce(turn, { index: chunks, seq: delivered }),
-        observeChunks((batch) => {
-          for (const chunk of batch) {
-            chunks++
-            if (chunk._tag === "Done") continue
-            delivered += chunk.tokens.length
-            if (resumes) tokens.push(...chunk.tokens)
+export const routedTurn = (what: string, routes: TurnRoutes, resumes = false): Stream.Stream<GenerateChunk, ProviderError> =>
+  Stream.suspend(() => {
+    /** Times the turn was resumed (a re-send before any chunk is not one). */
+    let resumptions = 0
+    const attempt = (tries: number, direct: boolean, resume: TurnResume | undefined): Stream.Stream<GenerateChunk, ProviderError> =>
+      Stream.unwrap(Effect.gen(function*() {
+        const owner = direct ? yield* routes.owner : undefined
+        const turn = Crypto.randomUUID()
+        let chunks = resume?.chunks ?? 0
+        let delivered = resume?.tokens.length ?? 0
+        // The delivered tokens themselves are kept only where the turn may be resumed.
+        const tokens: Array<number> = [...(resume?.tokens ?? [])]
+        const sent: Stream.Stream<TurnChunk, ProviderError | NotOwner | SinkUnreachable> = owner === undefined
+          ? routes.viaCluster(turn, resume)
+          : routes.direct(owner, turn, resume)
+        /** The runner serving the turn was lost (`how`): sent again, resumed, or failed, by what was delivered. */
+        const lost = (how: string): Stream.Stream<GenerateChunk, ProviderError> => {
+          if (chunks === 0) {
+            // Nothing delivered: sent again, to the shard's next owner.
+            return tries < lostTurnRetries
+              ? attempt(tries + 1, false, undefined)
+              : Stream.fail(new EngineUnavailable({ reason: `${what}: its runner was lost ${tries + 1} times before the turn began` }))
           }
-        }),
-        Stream.catchTags({
-          // Before any chunk (its owner checks the shard first): through the entity instead.
-          NotOwner: () => attempt(tries, false, resume),
-          SinkUnreachable: (e) => chunks === (resume?.chunks ?? 0) ? attempt(tries, false, resume) : lost(e.message),
-          TurnRestarted: (e) => lost(`the cluster started it again: ${e.detail}`)
-        }),
-        Stream.catchAllCause((cause) =>
-          // Our own interruption is not caught here; an interruption that ends the turn's stream
-          // is the cluster dropping the runner that served it (its connection is closed).
-          runnerLost(cause) ? lost("its connection was closed") : Stream.failCause(cause)
+          if (resumes && tries < lostTurnRetries) {
+            resumptions++
+            return Stream.unwrap(Effect.as(
+              Effect.logInfo(`${what}: the runner serving turn ${turn} was lost after ${delivered} tokens (${how}); resumed`),
+              attempt(tries + 1, false, { chunks, tokens: [...tokens] })
+            ))
+          }
+          return Stream.fail(new GenerationFailed({
+            deliveredTokens: delivered,
+            reason: `${what}: the runner serving turn ${turn} was lost after ${delivered} tokens (${how}); ` +
+              (resumes ? `resumed ${resumptions} times, not again` : "the turn was stopped, not re-run")
+          }))
+        }
+        return sent.pipe(
+          exactlyOnce(turn, { index: chunks, seq: delivered }),
+          observeChunks((batch) => {
+            for (const chunk of batch) {
+              chunks++
+              if (chunk._tag === "Done") continue
+              delivered += chunk.tokens.length
+              if (resumes) tokens.push(...chunk.tokens)
+            }
+          }),
+          Stream.catchTags({
+            // The tokens the client has are the entry's count (a resumed turn's runner counts its re-run's).
+            GenerationFailed: (e) =>
+              Stream.fail(e.deliveredTokens === delivered ? e : new GenerationFailed({ deliveredTokens: delivered, reason: e.reason })),
+            // Before any chunk (its owner checks the shard first): through the entity instead.
+            NotOwner: () => attempt(tries, false, resume),
+            SinkUnreachable: (e) => chunks === (resume?.chunks ?? 0) ? attempt(tries, false, resume) : lost(e.message),
+            TurnRestarted: (e) => lost(`the cluster started it again: ${e.detail}`)
+          }),
+          Stream.catchAllCause((cause) =>
+            // Our own interruption is not caught here; an interruption that ends the turn's stream
+            // is the cluster dropping the runner that served it (its connection is closed).
+            runnerLost(cause) ? lost("its connection was closed") : Stream.failCause(cause)
+          )
         )
-      )
-    }))
-  return attempt(0, true, undefined)
-}
+      }))
+    return attempt(0, true, undefined)
+  })
 
 /**
  * How this runner runs a turn of a conversation on its entity, its chunks pushed to `sink`: in

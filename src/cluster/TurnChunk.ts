@@ -53,7 +53,11 @@ export type TurnResume = typeof TurnResume.Type
 export const resumable = (request: GenerateRequest): boolean =>
   request.sampling === undefined || request.sampling.temperature === 0 || request.sampling.seed !== undefined
 
-/** The tokens of chunk `index` of a re-run that differ from what was delivered; undefined where they match. */
+/**
+ * How chunk `index` of a re-run differs from what was delivered (its tokens, or the count of tokens
+ * up to the last delivered chunk); undefined where it matches. The chunks are a function of the
+ * tokens (Output.ts), so equal tokens mean equal text, channels and tool calls.
+ */
 const divergence = (chunk: GenerateChunk, index: number, seq: number, resume: TurnResume): string | undefined => {
   if (chunk._tag === "Done") return `it ended at chunk ${index}, before the ${resume.chunks} delivered`
   const tokens = chunk.tokens
@@ -103,5 +107,10 @@ export const stampResumed = (turn: string, resume: TurnResume | undefined) =>
         seq += tokenCount(chunk)
       }
       return Effect.succeed(Chunk.unsafeFromArray(out))
-    })
+    }).pipe(
+      // A batch wholly dropped sends nothing (no empty push while the delivered part is re-run).
+      Stream.chunks,
+      Stream.filter(Chunk.isNonEmpty),
+      Stream.flattenChunks
+    )
   })

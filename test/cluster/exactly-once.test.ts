@@ -131,12 +131,14 @@ describe("resumed turns (TurnChunk.stampResumed)", () => {
 
   it.effect.prop(
     "a re-run that differs (a token, a chunk boundary, an early end) fails naming the delivered tokens, and sends nothing",
-    [turnChunks.filter((c) => c.length > 2 && c.some((x) => x._tag !== "Done" && x.tokens.length > 0)), fc.nat(), fc.constantFrom("token", "boundary", "end")],
-    ([chunks, cut, change]) =>
+    [turnChunks.filter((c) => c.length > 2 && c.some((x) => x._tag !== "Done" && x.tokens.length > 0)), fc.nat(), fc.nat(), fc.constantFrom("token", "boundary", "end")],
+    ([chunks, cut, after, change]) =>
       Effect.gen(function*() {
         const withTokens = chunks.flatMap((c, i) => (c._tag !== "Done" && c.tokens.length > 0 ? [i] : []))
         const changed = withTokens[cut % withTokens.length]!
-        const resume = deliveredOf(chunks, changed + 1)
+        // The change is in the delivered part: its last chunk or any before it. (A boundary moved
+        // inside it is caught by the tokens after it, or by the count at its end.)
+        const resume = deliveredOf(chunks, changed + 1 + (after % (chunks.length - 1 - changed)))
         const rerun: Array<GenerateChunk> = chunks.map((c, i) => {
           if (i !== changed || c._tag === "Done") return c
           if (change === "token") return text([c.tokens[0]! + 1, ...c.tokens.slice(1)])

@@ -210,17 +210,22 @@ describe.skipIf(skipped !== undefined)(`runners SIGKILLed mid-stream (${STORAGE}
           const killedAt = performance.now()
           yield* victim.kill
           const killReturnedMillis = performance.now() - killedAt
-          // When the probe's shard is locked by another runner (read from the storage every 100 ms).
+          // When the probe's shard is locked by another runner, or by the victim started again
+          // (same address: a restart that comes back within the detection time takes its shards
+          // back before another runner does), read from the storage every 100 ms.
+          let restarted = false
           const moved = yield* Effect.orDie(Status.snapshot).pipe(
             Effect.flatMap((s) => {
               const holder = s.shards?.get(probeShard)
-              return holder !== undefined && holder !== victim.stored ? Effect.succeed(performance.now() - killedAt) : Effect.fail("not yet")
+              return holder !== undefined && (holder !== victim.stored || restarted)
+                ? Effect.succeed(performance.now() - killedAt)
+                : Effect.fail("not yet")
             }),
             Effect.retry(Schedule.spaced("100 millis").pipe(Schedule.upTo(REQUEST_LIMIT))),
             Effect.option,
             Effect.fork
           )
-          if (k + 2 < KILLS) restarts.set(victim, yield* Effect.forkDaemon(victim.start))
+          if (k + 2 < KILLS) restarts.set(victim, yield* Effect.forkDaemon(Effect.tap(victim.start, () => Effect.sync(() => (restarted = true)))))
           // At once, a turn of a conversation the dead runner held: served again when its shard has moved.
           let first: number | undefined
           const served = yield* entry.generate({ messages: [{ role: "user", content: "again" }], conversation: probe!, ...settings }).pipe(

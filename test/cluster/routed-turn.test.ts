@@ -20,7 +20,8 @@ import * as Stream from "effect/Stream"
 import { NotOwner, SinkUnreachable } from "../../src/cluster/ChunkChannel.js"
 import { lostTurnRetries, routedDecision, routedTurn, type TurnRoutes } from "../../src/cluster/RoutingProvider.js"
 import { InvalidRequest } from "../../src/services/ProviderError.js"
-import { stamp, stampResumed, type TurnResume } from "../../src/cluster/TurnChunk.js"
+import { GenerationFailed } from "../../src/domain/EngineError.js"
+import { resumable, stamp, stampResumed, type TurnResume } from "../../src/cluster/TurnChunk.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 import { failureOf } from "../support/generation.js"
 import { done, text } from "./chunks.js"
@@ -141,6 +142,66 @@ describe("the entry's route for a resumable turn (greedy or seeded)", () => {
         assert.deepStrictEqual(resumes, [{ chunks: 2, tokens: [1, 2, 3] }])
       }
     }))
+
+  it.effect("not resumable (sampled without a seed): lost after chunks, by the connection or a restart, it fails with GenerationFailed naming them, not sent again", () =>
+    Effect.gen(function*() {
+      const ends = [
+        (turn: string) => cutAfter(2, turn, Stream.failCause(Cause.interrupt(FiberId.none))),
+        (turn: string) => Stream.concat(cutAfter(2, turn, Stream.empty), Stream.fromIterable(served).pipe(stamp(turn)))
+      ]
+      for (const end of ends) {
+        const delivered: Array<GenerateChunk> = []
+        const routes = recorded({ viaCluster: (turn) => end(turn) })
+        const failure = yield* failureOf(Stream.runForEach(routedTurn("c1", routes.routes, false), (c) => Effect.sync(() => delivered.push(c))))
+        assert.deepStrictEqual(delivered, served.slice(0, 2))
+        assert.strictEqual(failure._tag, "GenerationFailed")
+        assert.strictEqual(failure._tag === "GenerationFailed" ? failure.deliveredTokens : -1, 3)
+        assert.include(failure._tag === "GenerationFailed" ? failure.reason : "", "not re-run")
+        assert.deepStrictEqual(routes.taken, ["cluster"])
+      }
+    }))
+
+  it.effect("a direct turn refused (NotOwner), then lost after chunks through the entity, is resumed there; a resumed turn restarted by the cluster resumes again", () =>
+    Effect.gen(function*() {
+      const resumes: Array<TurnResume | undefined> = []
+      const routes = recorded({
+        owner,
+        direct: () => Stream.fail(new NotOwner({ conversation: "c1" })),
+        viaCluster: (turn, resume) => {
+          resumes.push(resume)
+          // First try: one chunk, then lost. The resumed try: its next chunk, then the cluster
+          // starts it again from where it resumed (chunk 1). The third: the rest.
+          if (resume === undefined) return cutAfter(1, turn, Stream.failCause(Cause.interrupt(FiberId.none)))
+          if (resumes.length === 2) return Stream.concat(rerun(turn, resume).pipe(Stream.take(1)), rerun(turn, resume))
+          return rerun(turn, resume)
+        }
+      })
+      assert.deepStrictEqual(Chunk.toArray(yield* Stream.runCollect(routedTurn("c1", routes.routes, true))), [...served])
+      assert.deepStrictEqual(routes.taken, ["direct", "cluster", "cluster", "cluster"])
+      assert.deepStrictEqual(resumes, [undefined, { chunks: 1, tokens: [1, 2] }, { chunks: 2, tokens: [1, 2, 3] }])
+    }))
+
+  it.effect("a resumed runner's own GenerationFailed names the tokens the client has, not its re-run's", () =>
+    Effect.gen(function*() {
+      const routes = recorded({
+        viaCluster: (turn, resume) =>
+          resume === undefined
+            ? cutAfter(2, turn, Stream.failCause(Cause.interrupt(FiberId.none)))
+            // The re-run's engine fails while it repeats the delivered tokens (it counts its own 2).
+            : Stream.fail(new GenerationFailed({ deliveredTokens: 2, reason: "the engine child exited" }))
+      })
+      const failure = yield* failureOf(Stream.runDrain(routedTurn("c1", routes.routes, true)))
+      assert.strictEqual(failure._tag, "GenerationFailed")
+      assert.strictEqual(failure._tag === "GenerationFailed" ? failure.deliveredTokens : -1, 3)
+    }))
+
+  it("which turns resume: greedy (the default) or seeded, not sampled without a seed", () => {
+    const ask = { messages: [{ role: "user" as const, content: "hi" }] }
+    assert.isTrue(resumable(ask))
+    assert.isTrue(resumable({ ...ask, sampling: { temperature: 0 } }))
+    assert.isTrue(resumable({ ...ask, sampling: { temperature: 0.8, seed: 3 } }))
+    assert.isFalse(resumable({ ...ask, sampling: { temperature: 0.8 } }))
+  })
 
   it.effect("a resumed turn lost again resumes from everything delivered so far; after lostTurnRetries resumptions, GenerationFailed", () =>
     Effect.gen(function*() {
