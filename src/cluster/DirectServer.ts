@@ -19,7 +19,8 @@ import * as Layer from "effect/Layer"
 import type { ActiveConversations } from "./ActiveConversations.js"
 import { NotOwner, TurnServer } from "./ChunkChannel.js"
 import { conversationShard } from "./ConversationEntity.js"
-import { entityTurns, refusedAsProviderErrors } from "./RoutingProvider.js"
+import { refusedAsProviderErrors } from "./RoutedTurn.js"
+import { entityTurns } from "./RoutingProvider.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 
 /** The TurnServer of a runner whose shard groups have `shards` shards. */

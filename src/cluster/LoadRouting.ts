@@ -14,8 +14,8 @@
  * there through the work entity of a shard that runner holds, DirectServer.ts), else through the
  * cluster to the work entity of one of its shards (WorkEntity.ts); either way its chunks are
  * checked as a conversation turn's are, with the same fall-backs and re-sends
- * (RoutingProvider.routedTurn). A decision goes the same two ways (`ServeDecision`, or through
- * the cluster to the work entity; RoutingProvider.routedDecision).
+ * (RoutedTurn.routedTurn). A decision goes the same two ways (`ServeDecision`, or through
+ * the cluster to the work entity; RoutedTurn.routedDecision).
  *
  * Generations with a conversation are not this module's: they pass through to the Provider below
  * (RoutingProvider sends them to their conversation's entity before they reach it).
@@ -32,7 +32,8 @@ import { Provider } from "../services/Provider.js"
 import type { ProviderError } from "../services/ProviderError.js"
 import { payload, receive, SinkClients, TurnSink } from "./ChunkChannel.js"
 import { Loads, pending, type RunnerLoad } from "./Load.js"
-import { conversationOf, refusedAsProviderErrors, routedDecision, routedTurn } from "./RoutingProvider.js"
+import { refusedAsProviderErrors, routedDecision, routedTurn } from "./RoutedTurn.js"
+import { conversationOf } from "./RoutingProvider.js"
 import { resumable, type TurnChunk } from "./TurnChunk.js"
 import { idsByShard, Work } from "./WorkEntity.js"
 

@@ -2,7 +2,7 @@
  * A chunk of a turn with its place in the turn: the turn's id, the chunk's ordinal and the ordinal
  * of its first generated token, stamped by the runner that serves the turn (conversation turns and
  * one-offs alike), so that the entry runner can prove that what it passes on is one unbroken
- * stream (RoutingProvider's `exactlyOnce`).
+ * stream (RoutedTurn's `exactlyOnce`).
  *
  * A turn whose runner was lost after chunks were delivered is resumed where it is deterministic
  * (greedy, or seeded): the entry sends it again with what it delivered (`TurnResume`), and the new

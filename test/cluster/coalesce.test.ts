@@ -19,7 +19,7 @@ import * as Stream from "effect/Stream"
 import * as TestClock from "effect/TestClock"
 import { coalesce } from "../../src/cluster/Coalesce.js"
 import { stamp, type TurnChunk } from "../../src/cluster/TurnChunk.js"
-import { exactlyOnce } from "../../src/cluster/RoutingProvider.js"
+import { exactlyOnce } from "../../src/cluster/RoutedTurn.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 import { done, text } from "./chunks.js"
 

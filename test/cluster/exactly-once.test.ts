@@ -1,5 +1,5 @@
 /**
- * The entry runner's exactly-once check on a turn's stream (RoutingProvider.exactlyOnce), over
+ * The entry runner's exactly-once check on a turn's stream (RoutedTurn.exactlyOnce), over
  * all inputs: an unbroken stream passes through unchanged and in its batches; a stream that the
  * cluster restarted (a lost runner's turn re-sent to the shard's next owner, starting again from
  * chunk 0) ends with `TurnRestarted` naming the tokens delivered (the entry then resumes it or
@@ -18,7 +18,7 @@ import * as Either from "effect/Either"
 import * as Stream from "effect/Stream"
 import * as fc from "effect/FastCheck"
 import { stamp, stampResumed, tokenCount, type TurnChunk } from "../../src/cluster/TurnChunk.js"
-import { exactlyOnce, runnerLost } from "../../src/cluster/RoutingProvider.js"
+import { exactlyOnce, runnerLost } from "../../src/cluster/RoutedTurn.js"
 import type { GenerateChunk } from "../../src/domain/Inference.js"
 import { done, text } from "./chunks.js"
 
@@ -158,7 +158,7 @@ describe("resumed turns (TurnChunk.stampResumed)", () => {
   )
 })
 
-describe("a lost runner's turn (RoutingProvider.runnerLost)", () => {
+describe("a lost runner's turn (RoutedTurn.runnerLost)", () => {
   it("interruption, or the runner connection's socket error alone, is a lost runner; anything else is passed on", () => {
     const socket = new SocketGenericError({ reason: "Write", cause: new Error("EPIPE") })
     const interrupted = Cause.interrupt(FiberId.none)

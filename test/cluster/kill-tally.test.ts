@@ -8,7 +8,7 @@
  * token against it (a served stream is the reply's first `generatedTokens` tokens, no more, no
  * fewer; a failed one delivered a prefix of it, as many tokens as its `GenerationFailed` says).
  * Greedy turns are resumable: one whose runner dies after delivering tokens is resumed on the
- * shard's next owner (RoutingProvider.routedTurn), so it ends served, and its whole stream is checked.
+ * shard's next owner (RoutedTurn.routedTurn), so it ends served, and its whole stream is checked.
  * After each kill, a turn of a conversation the dead runner held is sent at once: the time to its
  * first chunk is the cluster's time to serve again; the time until another runner locks its shard
  * (read from the storage) is the detection, bounded by twice the detection time.

@@ -1,5 +1,5 @@
 /**
- * The entry runner's rules for one turn (RoutingProvider.routedTurn), with its two routes as
+ * The entry runner's rules for one turn (RoutedTurn.routedTurn), with its two routes as
  * streams of stamped chunks: a turn goes straight to the owner the loads name, else through the
  * entity; a direct turn refused with NotOwner (the entry's view of the shards was stale), or whose
  * owner cannot be reached before any chunk, is served through the entity, whole; one cut after
@@ -7,7 +7,7 @@
  * is resumable: then it is sent through the cluster with what was delivered, and the client gets
  * the rest, once; a turn whose runner was lost before any chunk is sent again; both a bounded
  * number of times. And a decision's
- * (RoutingProvider.routedDecision): straight to its runner, through the cluster where that runner
+ * (RoutedTurn.routedDecision): straight to its runner, through the cluster where that runner
  * refuses or cannot be reached; its own failures are not sent again.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
@@ -18,7 +18,7 @@ import * as Effect from "effect/Effect"
 import * as FiberId from "effect/FiberId"
 import * as Stream from "effect/Stream"
 import { NotOwner, SinkUnreachable } from "../../src/cluster/ChunkChannel.js"
-import { lostTurnRetries, routedDecision, routedTurn, type TurnRoutes } from "../../src/cluster/RoutingProvider.js"
+import { lostTurnRetries, routedDecision, routedTurn, type TurnRoutes } from "../../src/cluster/RoutedTurn.js"
 import { InvalidRequest } from "../../src/services/ProviderError.js"
 import { GenerationFailed } from "../../src/domain/EngineError.js"
 import { resumable, stamp, stampResumed, type TurnResume } from "../../src/cluster/TurnChunk.js"
