@@ -23,20 +23,28 @@ export type ActiveTurn = (turn: TurnPayload) => Effect.Effect<
 >
 
 export class ActiveConversations extends Context.Tag("nativegen/cluster/ActiveConversations")<ActiveConversations, {
-  /** Registers `conversation`'s entity while the scope (the entity's) lasts. */
-  readonly register: (conversation: string, turn: ActiveTurn) => Effect.Effect<void, never, Scope.Scope>
-  /** The way to run a turn on `conversation`'s entity, if it is active here. */
+  /**
+   * Registers `conversation`'s entity while the scope (the entity's) lasts; `inProcess` says
+   * whether its next turn may run in process now (false: through Sharding, see ConversationEntity).
+   */
+  readonly register: (conversation: string, turn: ActiveTurn, inProcess?: () => boolean) => Effect.Effect<void, never, Scope.Scope>
+  /** The way to run a turn on `conversation`'s entity in process, if it is active here and takes one now. */
   readonly lookup: (conversation: string) => ActiveTurn | undefined
 }>() {}
 
 export const layer: Layer.Layer<ActiveConversations> = Layer.sync(ActiveConversations, () => {
-  const active = new Map<string, ActiveTurn>()
+  const active = new Map<string, { readonly turn: ActiveTurn; readonly inProcess: () => boolean }>()
   return ActiveConversations.of({
-    register: (conversation, turn) =>
-      Effect.acquireRelease(
-        Effect.sync(() => void active.set(conversation, turn)),
-        () => Effect.sync(() => void (active.get(conversation) === turn && active.delete(conversation)))
-      ),
-    lookup: (conversation) => active.get(conversation)
+    register: (conversation, turn, inProcess = () => true) => {
+      const entry = { turn, inProcess }
+      return Effect.acquireRelease(
+        Effect.sync(() => void active.set(conversation, entry)),
+        () => Effect.sync(() => void (active.get(conversation) === entry && active.delete(conversation)))
+      )
+    },
+    lookup: (conversation) => {
+      const entry = active.get(conversation)
+      return entry !== undefined && entry.inProcess() ? entry.turn : undefined
+    }
   })
 })

@@ -32,7 +32,7 @@ import * as EntityId from "@effect/cluster/EntityId"
 import type { Sharding } from "@effect/cluster/Sharding"
 import type * as ShardId from "@effect/cluster/ShardId"
 import * as Rpc from "@effect/rpc/Rpc"
-import type * as Duration from "effect/Duration"
+import * as Duration from "effect/Duration"
 import * as Effect from "effect/Effect"
 import * as Stream from "effect/Stream"
 import { type ChatMessage, GenerateChunk, GenerateRequest } from "../domain/Inference.js"
@@ -71,8 +71,9 @@ const holdsHistory = (messages: ReadonlyArray<ChatMessage>) => messages.some((m)
  * time, in arrival order; an idle entity is dropped after `maxIdleTime` (the conversation's KV
  * stays in the runtime's slots and state files).
  */
-export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; readonly wire?: CoalesceOptions } = {}) =>
-  Conversation.toLayer(
+export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; readonly wire?: CoalesceOptions } = {}) => {
+  const maxIdleTime = options.maxIdleTime ?? "10 minutes"
+  return Conversation.toLayer(
     Effect.gen(function*() {
       const wire = options.wire ?? {}
       const provider = yield* Provider
@@ -141,17 +142,28 @@ export const layer = (options: { readonly maxIdleTime?: Duration.DurationInput; 
         drain.track(Stream.suspend(() => turn(entityId, payload.request).pipe(stampResumed(payload.turn, payload.resume)))).pipe(
           pushTo(pusher, payload.sink, payload.turn, `conversation ${entityId}`, wire)
         )
+      // Sharding sees only the turns it delivers, and closes an entity idle in its view for
+      // `maxIdleTime` (its KV then goes to the state file). So once half that has passed since it
+      // last delivered one, the next turn goes through it, not in process: a conversation busy
+      // with direct turns keeps its entity.
+      const clock = yield* Effect.clock
+      const refreshAfter = Duration.toMillis(Duration.decode(maxIdleTime)) / 2
+      let lastDelivered = clock.unsafeCurrentTimeMillis()
+      const deliveredLately = () => clock.unsafeCurrentTimeMillis() - lastDelivered < refreshAfter
       // Registered after the hand-over's finalizer, so it leaves the registry before that runs.
       yield* active.register(
         entityId,
         (payload) =>
           oneAtATime.withPermits(1)(Effect.suspend((): Effect.Effect<TurnEnd, ProviderError | NotOwner> =>
             closed ? Effect.fail(new NotOwner({ conversation: entityId })) : run(payload)
-          ))
+          )),
+        deliveredLately
       )
       return {
-        Turn: ({ payload }) => oneAtATime.withPermits(1)(run(payload))
+        Turn: ({ payload }) =>
+          oneAtATime.withPermits(1)(run(payload)).pipe(Effect.ensuring(Effect.sync(() => void (lastDelivered = clock.unsafeCurrentTimeMillis()))))
       }
     }),
-    { maxIdleTime: options.maxIdleTime ?? "10 minutes", concurrency: 1 }
+    { maxIdleTime, concurrency: 1 }
   )
+}

@@ -4,7 +4,9 @@
  * real ConversationEntity handlers, in @effect/cluster's test client) over a Provider whose
  * generations wait on a gate each, so the test decides when each ends. Its turns run one at a
  * time whichever way they came; when it closes it leaves the registry at once, hands its KV over
- * only after the turn it runs has ended, and refuses a turn that reaches it after that.
+ * only after the turn it runs has ended, and refuses a turn that reaches it after that. A
+ * conversation busy with turns in process still shows Sharding a turn often enough that it is not
+ * closed as idle.
  */
 import { RunnerAddress } from "@effect/cluster/RunnerAddress"
 import * as Entity from "@effect/cluster/Entity"
@@ -18,6 +20,7 @@ import * as FiberId from "effect/FiberId"
 import * as Layer from "effect/Layer"
 import * as Scope from "effect/Scope"
 import * as Stream from "effect/Stream"
+import * as TestClock from "effect/TestClock"
 import * as ActiveConversations from "../../src/cluster/ActiveConversations.js"
 import { SinkClients } from "../../src/cluster/ChunkChannel.js"
 import * as ConversationEntity from "../../src/cluster/ConversationEntity.js"
@@ -161,5 +164,37 @@ describe("turns on an active conversation entity", () => {
         "start:last", "end:last",
         "handOver:c1"
       ])
+    }).pipe(Effect.provide(ActiveConversations.layer)))
+
+  it.scoped("a conversation busy with turns in process keeps its entity: once half its idle time has passed since Sharding delivered one, the next goes through Sharding", () =>
+    Effect.gen(function*() {
+      const { gate, services } = yield* makeWorld
+      const active = yield* ActiveConversations.ActiveConversations
+      const clientFor = yield* Entity.makeTestClient(
+        ConversationEntity.Conversation,
+        ConversationEntity.layer({ maxIdleTime: "10 minutes" }).pipe(Layer.provide(services))
+      ).pipe(Effect.provide(ShardingConfig.layer({ shardsPerGroup: 4 })))
+      const client = yield* clientFor("c1")
+      // As a direct turn goes (RoutingProvider.entityTurns): on the entity in process where it takes one, else through Sharding.
+      const ways: Array<string> = []
+      const turn = (name: string) =>
+        Effect.gen(function*() {
+          yield* Deferred.succeed(gate(name), undefined)
+          const onEntity = active.lookup("c1")
+          ways.push(onEntity === undefined ? "sharding" : "in process")
+          yield* onEntity === undefined ? client.Turn(payload(name)) : onEntity(payload(name))
+        })
+      yield* turn("t0")
+      // A turn every 2 minutes for half an hour. (The test client does not reap idle entities;
+      // Sharding's reaper closes one whose last delivered message ended maxIdleTime ago, so a turn
+      // through it at least every half of that keeps the entity.)
+      for (let i = 1; i <= 15; i++) {
+        yield* TestClock.adjust("2 minutes")
+        yield* settle
+        yield* turn(`t${i}`)
+      }
+      // The entity started with the test client (at 0); through Sharding at 6, 12, ... minutes: the
+      // first turn 5 minutes or more after the entity started, or after the last turn Sharding delivered.
+      assert.deepStrictEqual(ways, Array.from({ length: 16 }, (_, i) => (i > 0 && i % 3 === 0 ? "sharding" : "in process")))
     }).pipe(Effect.provide(ActiveConversations.layer)))
 })
