@@ -5,7 +5,8 @@
  * SIGKILLed with its engine child. The turn is resumed: r1 takes r2's shards, runs the turn again
  * from its start, checks its first chunks against what the client already has and sends on only
  * the rest. The client's stream ends whole and unbroken, with exactly the tokens of the same turn
- * run undisturbed, and no error.
+ * run undisturbed, and no error. The same for a seeded one-off generation that r1, busy, sent to r2
+ * by load: resumed on r1, through the work entity of r2's shard that r1 takes over.
  */
 import { assert, describe, layer } from "@effect/vitest"
 import * as Effect from "effect/Effect"
@@ -56,6 +57,46 @@ describe("a turn whose runner is SIGKILLed mid-stream", () => {
         assert.deepStrictEqual(tokensOf(received), undisturbed, "the whole turn, once, unchanged")
         assert.strictEqual(doneOf(received).usage.generatedTokens, seeded.maxTokens)
         assert.include(r1!.server()!.log(), "resumed", "r1 resumed the turn")
+      }), 240_000)
+  })
+})
+
+describe("a one-off generation whose runner is SIGKILLed mid-stream", () => {
+  layer(cluster, { timeout: 300_000, excludeTestServices: true })("two runners on Unix sockets", (it) => {
+    it.scoped("a seeded one-off sent by load to r2 is resumed on r1: the client's stream ends whole, the undisturbed run's tokens", () =>
+      Effect.gen(function*() {
+        const { members } = yield* KillCluster
+        const [r1, r2] = members
+        yield* settled(members)
+        const request = { messages: [{ role: "user" as const, content: "tell me a long story" }], ...seeded }
+        // Undisturbed, through r1 while both are idle (a tie stays on the entry).
+        const alone = yield* collectFrom(r1!.provider(), request)
+        assert.strictEqual(doneOf(alone).usage.generatedTokens, seeded.maxTokens)
+        const undisturbed = tokensOf(alone)
+
+        // r1 busy with a long one-off of its own, so the next one through r1 goes to r2 by load.
+        const busy = yield* Effect.makeLatch(false)
+        const keepBusy = yield* r1!.provider().generate({ ...request, messages: [{ role: "user", content: "keep r1 busy" }], maxTokens: 900 }).pipe(
+          Stream.tap(() => busy.open),
+          Stream.runDrain,
+          Effect.forkScoped
+        )
+        yield* Effect.raceFirst(busy.await, Effect.zipRight(Fiber.join(keepBusy), Effect.dieMessage("r1's long generation ended before its first chunk")))
+        const midStream = yield* Effect.makeLatch(false)
+        const received: Array<GenerateChunk> = []
+        const oneOff = yield* r1!.provider().generate(request).pipe(
+          Stream.runForEach((chunk) =>
+            Effect.suspend(() => (received.push(chunk), tokensOf(received).length >= 100 ? midStream.open : Effect.void))
+          ),
+          Effect.fork
+        )
+        yield* midStream.await
+        yield* r2!.kill
+        yield* Fiber.join(oneOff)
+
+        assert.deepStrictEqual(tokensOf(received), undisturbed, "the whole one-off, once, unchanged")
+        const log = r1!.server()!.log()
+        assert.match(log, /a one-off generation sent to \S*r2\S*: the runner serving turn \S+ was lost after \d+ tokens .*; resumed/, "r2 served it, r1 resumed it")
       }), 240_000)
   })
 })
