@@ -204,7 +204,9 @@ const makeProvider = (
         // reader waiting for chunks that never come).
         const call = yield* Scope.make(ExecutionStrategy.sequential)
         let answered = false
-        const chunks = yield* Scope.extend(client.Generate(request, { asMailbox: true }), call)
+        const chunks = yield* Scope.extend(client.Generate(request, { asMailbox: true }), call).pipe(
+          Effect.onError(() => Scope.close(call, Exit.void))
+        )
         yield* Effect.addFinalizer(() =>
           answered
             ? Effect.suspend(() => {
